@@ -1,0 +1,27 @@
+"""AGsparse: all-gather every rank's COO rows and sum them locally (Horovod / GRACE / gloo sparse).
+
+Handles ranks with no non-zeros (gloo's own sparse all-reduce does not). Bytes received per rank:
+sum over the other ranks of k_j * (s_i + D * s_v); it grows with P and ignores overlap. Every rank
+adds the contributions in rank order, so all ranks hold identical results."""
+
+from __future__ import annotations
+
+import torch
+
+from zen.comm.base import Communicator
+from zen.registry import register_scheme
+from zen.rows import add_rows, concat
+from zen.types import LocalGrad, SyncStats
+
+
+@register_scheme("agsparse")
+class AllGatherSparse:
+    name = "agsparse"
+    sparse_input = True
+
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+        index, values = grad.rows()
+        stats.nnz = int(index.numel())
+        gathered = comm.all_gather_v((index.to(grad.index_dtype()), values), phase="gather")
+        out.zero_()
+        add_rows(out, concat([g[0] for g in gathered]), concat([g[1] for g in gathered]))

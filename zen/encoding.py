@@ -1,0 +1,72 @@
+"""Pull encodings (paper section 4, Algorithm 2): how a server ships its aggregated partition.
+
+- hash_bitmap: one bit per row of S_j (the rows h0 can ever send to server j) plus the non-zero
+  values; every worker receives sum_j |S_j| / 8 = M / 8 bitmap bytes in total, independent of n.
+- bitmap: one bit per row of the whole tensor from every server (n * M / 8 bytes), for the study.
+- coo: row indices plus values.
+A server's message is (payload, values); the decoder returns the row ids the values belong to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+ENCODINGS = ("hash_bitmap", "coo", "bitmap")
+_BIT_WEIGHTS: dict[torch.device, torch.Tensor] = {}
+
+
+def pack_bits(mask: torch.Tensor) -> torch.Tensor:
+    """Bool vector -> uint8 bytes, little-endian bit order, ceil(len / 8) bytes."""
+    n = int(mask.numel())
+    pad = (-n) % 8
+    if pad:
+        mask = torch.cat([mask, mask.new_zeros(pad)])
+    w = _BIT_WEIGHTS.get(mask.device)
+    if w is None:
+        w = _BIT_WEIGHTS.setdefault(mask.device, (1 << torch.arange(8, device=mask.device)).to(torch.uint8))
+    return (mask.view(-1, 8).to(torch.uint8) * w).sum(dim=1, dtype=torch.uint8)
+
+
+def unpack_bits(packed: torch.Tensor, length: int) -> torch.Tensor:
+    shifts = torch.arange(8, device=packed.device, dtype=torch.uint8)
+    bits = (packed.view(-1, 1) >> shifts) & 1
+    return bits.view(-1)[:length].bool()
+
+
+def nonzero_rows(block: torch.Tensor) -> torch.Tensor:
+    """Row mask of a (rows, D) block: a row is non-zero if any of its elements is."""
+    return block.view(-1) != 0 if block.shape[1] == 1 else (block != 0).any(dim=1)
+
+
+def encode(
+    encoding: str, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype
+) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
+    """Encode the server's aggregated rows `out[members]`; returns (message, non-zero row count)."""
+    block = out.index_select(0, members)
+    mask = nonzero_rows(block)
+    values = block[mask]
+    if encoding == "hash_bitmap":
+        payload = pack_bits(mask)
+    elif encoding == "coo":
+        payload = members[mask].to(index_dtype)
+    elif encoding == "bitmap":
+        full = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
+        full[members[mask].long()] = True
+        payload = pack_bits(full)
+    else:
+        raise ValueError(f"unknown pull encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
+    return (payload, values), int(values.shape[0])
+
+
+def decoder(encoding: str, num_rows: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Returns decode(payload, members_of_server) -> row ids of the received values."""
+    if encoding == "hash_bitmap":
+        return lambda payload, members: members[unpack_bits(payload, int(members.numel()))]
+    if encoding == "coo":
+        return lambda payload, members: payload
+    if encoding == "bitmap":
+        return lambda payload, members: unpack_bits(payload, num_rows).nonzero().view(-1)
+    raise ValueError(f"unknown pull encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
+

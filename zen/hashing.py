@@ -1,0 +1,157 @@
+"""Hierarchical hashing (paper section 3, Algorithm 1): lossless, balanced, data-independent partitions.
+
+Level 1, h0, alone decides the destination server of a row index, so the same index goes to the same
+server on every rank. Level 2 places indices in a memory of n partitions, each a parallel region of
+r1 slots (k probes, atomic claim) plus a serial region (atomic append); the serial region grows
+instead of dropping anything. Slots store position + 1, so 0 means empty and index 0 is safe.
+
+All hashes are 32-bit (murmur3 finaliser over a seeded multiply-add) computed with int64 torch ops
+that never overflow, so the C++/CUDA kernels reproduce them bit for bit with uint32 arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+MASK32 = 0xFFFFFFFF
+MAX_ROWS = 1 << 32
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32), split in 16-bit halves so int64 never overflows."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & MASK32
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def _splitmix64(state: int) -> tuple[int, int]:
+    state = (state + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return state, z ^ (z >> 31)
+
+
+@dataclass(frozen=True)
+class HashFamily:
+    """Seeded hashes h0 (partition) and h1..hk (slot probes), identical on every rank for one seed."""
+
+    seed: int
+    coeffs: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def from_seed(cls, seed: int, k: int = 3) -> HashFamily:
+        state, coeffs = seed & 0xFFFFFFFFFFFFFFFF, []
+        for _ in range(k + 1):
+            state, z = _splitmix64(state)
+            coeffs.append(((z & MASK32) | 1, z >> 32))  # odd multiplier, 32-bit offset
+        return cls(seed, tuple(coeffs))
+
+    @property
+    def k(self) -> int:
+        return len(self.coeffs) - 1
+
+    def hash32(self, index: torch.Tensor, level: int) -> torch.Tensor:
+        a, b = self.coeffs[level]
+        x = index.to(torch.int64)
+        return _fmix32((_mul32(x, a) + b) & MASK32)
+
+    def h0(self, index: torch.Tensor, n: int) -> torch.Tensor:
+        """Destination server in [0, n) (multiply-shift range reduction of the 32-bit hash)."""
+        return (self.hash32(index, 0) * n) >> 32
+
+    def probe(self, index: torch.Tensor, level: int, slots: int) -> torch.Tensor:
+        return (self.hash32(index, level) * slots) >> 32
+
+
+@dataclass
+class Partitions:
+    """Output of hierarchical hashing: input positions grouped by destination server."""
+
+    order: torch.Tensor  # positions into the input index array, partition-major
+    counts: list[int]  # rows per partition
+    serial: int  # how many rows fell through all k probes into a serial region
+
+
+def region_sizes(nnz: int, n: int, r1_factor: float = 2.0, r2_ratio: float = 0.1) -> tuple[int, int]:
+    """Per-partition parallel (r1) and serial (r2) region sizes; r1 total = r1_factor * nnz (paper: 2)."""
+    r1 = max(1, -(-int(r1_factor * nnz) // n))
+    return r1, max(1, int(r1 * r2_ratio))
+
+
+def hierarchical_hash(
+    index: torch.Tensor, n: int, family: HashFamily, r1_factor: float = 2.0, r2_ratio: float = 0.1
+) -> Partitions:
+    """Algorithm 1 with torch ops: h0 picks the partition, k probes claim a slot, the rest append."""
+    nnz = int(index.numel())
+    dev = index.device
+    if nnz == 0:
+        return Partitions(torch.empty(0, dtype=torch.int64, device=dev), [0] * n, 0)
+    part = family.h0(index, n)
+    r1, r2 = region_sizes(nnz, n, r1_factor, r2_ratio)
+    table = torch.zeros(n * r1, dtype=torch.int64, device=dev)  # 0 = empty, else position + 1
+    pending = torch.arange(nnz, device=dev)
+    for level in range(1, family.k + 1):
+        if pending.numel() == 0:
+            break
+        slot = part[pending] * r1 + family.probe(index[pending], level, r1)
+        free = table[slot] == 0
+        cand, cslot = pending[free], slot[free]
+        table[cslot] = cand + 1  # racing writers: exactly one lands per slot
+        won = table[cslot] == cand + 1
+        pending = torch.cat([pending[~free], cand[~won]])
+    serial_tab, spilled = _serial_append(pending, part, n, r2)
+    layout = torch.cat([table.view(n, r1), serial_tab], dim=1)
+    claimed = layout.view(-1)
+    order = claimed[claimed != 0] - 1
+    counts = torch.bincount(part, minlength=n).tolist()
+    return Partitions(order, counts, spilled)
+
+
+def _serial_append(pending: torch.Tensor, part: torch.Tensor, n: int, r2: int) -> tuple[torch.Tensor, int]:
+    """Serial regions with an append counter per partition; a full region grows, never drops."""
+    dev = pending.device
+    spilled = int(pending.numel())
+    if spilled == 0:
+        return torch.zeros(n, r2, dtype=torch.int64, device=dev), 0
+    p = part[pending]
+    p_sorted, perm = torch.sort(p, stable=True)
+    pos_sorted = pending[perm]
+    counts = torch.bincount(p_sorted, minlength=n)
+    starts = torch.cumsum(counts, 0) - counts
+    append_at = torch.arange(spilled, device=dev) - starts[p_sorted]
+    width = max(r2, int(counts.max()))
+    tab = torch.zeros(n, width, dtype=torch.int64, device=dev)
+    tab[p_sorted, append_at] = pos_sorted + 1
+    return tab, spilled
+
+
+@lru_cache(maxsize=16)
+def _server_rows_cached(num_rows: int, n: int, seed: int, device: str) -> tuple[torch.Tensor, tuple[int, ...]]:
+    family = HashFamily.from_seed(seed)
+    dtype = torch.int32 if num_rows < 2**31 else torch.int64
+    rows = torch.arange(num_rows, device=device, dtype=torch.int64)
+    part = family.h0(rows, n).to(torch.int32)
+    _, members = torch.sort(part, stable=True)
+    counts = torch.bincount(part, minlength=n)
+    offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+    return members.to(dtype), tuple(offsets.tolist())
+
+
+def server_rows(num_rows: int, n: int, family: HashFamily, device: torch.device) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """S_j for every server j: all row ids with h0 = j, ascending, concatenated, with offsets.
+
+    Fixed by h0 and the tensor size, so every rank computes it once and reuses it for decoding."""
+    if num_rows >= MAX_ROWS:
+        raise ValueError(f"tensors with >= 2^32 rows are not supported (got {num_rows})")
+    return _server_rows_cached(num_rows, n, family.seed, str(device))

@@ -1,0 +1,44 @@
+"""Scheme registry: `@register_scheme("name")` on a class; unknown names list the choices."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from zen.types import Scheme, ZenInputError
+
+_FACTORIES: dict[str, Callable[..., Scheme]] = {}
+_PLUGINS = ("zen.bp", "zen.hc", "zen.selector", "baselines")
+
+
+def register_scheme(name: str) -> Callable[[type], type]:
+    def deco(cls: type) -> type:
+        if name in _FACTORIES:
+            raise ValueError(f"scheme {name!r} registered twice")
+        cls.name = name
+        _FACTORIES[name] = cls
+        return cls
+
+    return deco
+
+
+def _load() -> None:
+    for module in _PLUGINS:
+        importlib.import_module(module)
+
+
+def schemes() -> list[str]:
+    """Names of every registered scheme (Zen's and the baselines)."""
+    _load()
+    return sorted(_FACTORIES)
+
+
+def make_scheme(name: str, **options: Any) -> Scheme:
+    _load()
+    if name not in _FACTORIES:
+        raise ZenInputError(f"unknown scheme {name!r}; choose one of: {', '.join(sorted(_FACTORIES))}")
+    try:
+        return _FACTORIES[name](**options)
+    except TypeError as exc:
+        raise ZenInputError(f"bad options for scheme {name!r}: {exc}") from exc

@@ -1,0 +1,66 @@
+"""The `zen` scheme: run Balanced Parallelism while measuring gamma, then let the cost model pick
+BP or Hierarchical Centralization (paper section 5, Theorem 1) for each tensor size."""
+
+from __future__ import annotations
+
+import torch
+
+from zen import costmodel
+from zen.bp import BalancedParallelism
+from zen.comm.base import Communicator
+from zen.hc import HierarchicalCentralization
+from zen.registry import register_scheme
+from zen.types import LocalGrad, SyncStats
+
+
+@register_scheme("zen")
+class ZenAuto:
+    """Measures d_G and gamma^n during the first `measure_iters` calls per tensor size (as BP),
+    then keeps the choice. Every rank decides from the same all-gathered numbers."""
+
+    name = "zen"
+    sparse_input = True
+
+    def __init__(self, measure_iters: int = 1, alpha: float = 10e-6, bandwidth_gbps: float = 25.0,
+                 choice: str | None = None, **bp_options: object):
+        if choice not in (None, "bp", "hc"):
+            raise ValueError(f"choice must be 'bp', 'hc' or None (auto), got {choice!r}")
+        self.bp = BalancedParallelism(**bp_options)
+        self.hc = HierarchicalCentralization()
+        self.measure_iters = max(1, measure_iters)
+        self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
+        self.forced = choice
+        self.seen: dict[tuple, int] = {}
+        self.choices: dict[tuple, str] = {}
+
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+        key = (grad.num_rows, grad.row_width, grad.dtype)
+        choice = self.forced or self.choices.get(key)
+        if choice == "hc":
+            stats.choice = "hc"
+            self.hc(grad, comm, out, stats)
+            return
+        self.bp(grad, comm, out, stats)
+        stats.choice = "bp"
+        if choice is None:
+            self.seen[key] = self.seen.get(key, 0) + 1
+            if self.seen[key] >= self.measure_iters:
+                self.choices[key] = self._decide(grad, comm, stats)
+
+    def _decide(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> str:
+        mine = torch.tensor([stats.nnz, stats.server_count or 0], dtype=torch.int64, device=comm.device)
+        table = comm.all_gather_fixed(mine).cpu()
+        n = comm.world_size
+        mean_nnz = float(table[:, 0].double().mean())
+        union = float(table[:, 1].sum())
+        if mean_nnz == 0:
+            return "bp"
+        workload = costmodel.Workload(
+            n=n, rows=grad.num_rows, density=mean_nnz / grad.num_rows,
+            gamma=costmodel.gamma_from_union(n, union / mean_nnz), width=grad.row_width,
+            value_bytes=torch.empty(0, dtype=grad.dtype).element_size(),
+            index_bytes=torch.empty(0, dtype=grad.index_dtype()).element_size(),
+        )
+        choice = costmodel.choose_bp_or_hc(workload, self.net, self.bp.pull)
+        stats.extra["gamma_n"] = union / mean_nnz
+        return choice

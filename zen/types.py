@@ -1,0 +1,104 @@
+"""Leaf types shared by the communicator, the schemes and the harness (no distributed calls here)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+if TYPE_CHECKING:
+    from zen.comm.base import Communicator
+
+
+class ZenError(RuntimeError):
+    """Base class for errors the library raises on purpose."""
+
+
+class ZenInputError(ValueError):
+    """Bad input: raised on every rank, before any payload is exchanged."""
+
+
+class ZenCommError(ZenError):
+    """A collective failed: a dead or missing peer, or a timeout."""
+
+
+@dataclass
+class Traffic:
+    """Exact payload bytes one rank sent and received, per phase (push, pull, meta, ...)."""
+
+    sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    received: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, phase: str, sent: int, received: int) -> None:
+        self.sent[phase] += int(sent)
+        self.received[phase] += int(received)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(self.sent.values())
+
+    @property
+    def bytes_received(self) -> int:
+        return sum(self.received.values())
+
+
+@dataclass
+class SyncStats:
+    """What one rank observed in one synchronization: traffic plus partition loads.
+
+    `push_counts[j]` is the number of non-zero rows this rank sent to server j (its own included);
+    `server_count` is the number of non-zero rows of the aggregated partition this rank served.
+    Partition-free schemes leave both unset.
+    """
+
+    traffic: Traffic = field(default_factory=Traffic)
+    nnz: int = 0
+    push_counts: list[int] | None = None
+    server_count: int | None = None
+    choice: str | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class LocalGrad:
+    """One rank's gradient seen as M rows of width D (D = 1 for a flattened dense tensor).
+
+    Dense inputs keep `dense` (M, D); sparse COO inputs keep coalesced (`indices`, `values`).
+    `rows()` extracts the non-zero rows once and caches them, so schemes never scan twice.
+    """
+
+    num_rows: int
+    row_width: int
+    dtype: torch.dtype
+    device: torch.device
+    dense: torch.Tensor | None = None
+    indices: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    bad_index: bool = False
+
+    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.indices is None:
+            assert self.dense is not None
+            mask = self.dense != 0 if self.row_width == 1 else (self.dense != 0).any(dim=1)
+            self.indices = mask.view(-1).nonzero().view(-1)
+            self.values = self.dense.index_select(0, self.indices)
+        assert self.values is not None
+        return self.indices, self.values
+
+    @property
+    def nnz(self) -> int:
+        return int(self.rows()[0].numel())
+
+    def index_dtype(self) -> torch.dtype:
+        """Wire dtype for row indices: int32 whenever it can hold every row id."""
+        return torch.int32 if self.num_rows < 2**31 else torch.int64
+
+
+class Scheme(Protocol):
+    """A synchronization scheme: writes the dense sum over ranks into `out` (M, D) on every rank."""
+
+    name: str
+
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None: ...

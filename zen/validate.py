@@ -1,0 +1,50 @@
+"""Cross-rank input checks: every rank learns every rank's verdict, so all raise together, none hangs."""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from zen.comm.base import Communicator
+from zen.types import LocalGrad, ZenInputError
+
+FIELDS = ("dtype", "rows", "row_width", "shape", "scheme", "non_finite", "bad_index")
+
+
+def _code(text: str) -> int:
+    return zlib.crc32(text.encode())
+
+
+def local_summary(grad: LocalGrad, shape: tuple[int, ...], scheme: str) -> list[int]:
+    if grad.indices is not None:
+        finite = bool(torch.isfinite(grad.values).all()) if grad.values.numel() else True
+    else:
+        finite = bool(torch.isfinite(grad.dense).all())
+    return [_code(str(grad.dtype)), grad.num_rows, grad.row_width, _code(str(tuple(shape))),
+            _code(scheme), int(not finite), int(grad.bad_index)]
+
+
+def check_inputs(grad: LocalGrad, shape: tuple[int, ...], scheme: str, comm: Communicator) -> None:
+    """All-gather a 7-integer summary per rank (phase 'meta') and raise ZenInputError on any issue."""
+    mine = local_summary(grad, shape, scheme)
+    table = comm.all_gather_fixed(torch.tensor(mine, dtype=torch.int64, device=comm.device)).cpu().tolist()
+    problems = []
+    for r, row in enumerate(table):
+        if row[5]:
+            problems.append(f"rank {r} has non-finite values (NaN or Inf)")
+        if row[6]:
+            problems.append(f"rank {r} has sparse indices outside the tensor's shape")
+    for f, name in enumerate(FIELDS[:5]):
+        values = {row[f] for row in table}
+        if len(values) > 1:
+            odd = [r for r, row in enumerate(table) if row[f] != table[0][f]]
+            problems.append(f"{name} differs across ranks (ranks {odd} disagree with rank 0; "
+                            f"this rank {comm.rank} has {_describe(name, grad, shape, scheme)})")
+    if problems:
+        raise ZenInputError(f"zen: bad input on rank {comm.rank}: " + "; ".join(problems))
+
+
+def _describe(name: str, grad: LocalGrad, shape: tuple[int, ...], scheme: str) -> str:
+    return {"dtype": str(grad.dtype), "rows": str(grad.num_rows), "row_width": str(grad.row_width),
+            "shape": str(tuple(shape)), "scheme": scheme}[name]
