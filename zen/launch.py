@@ -1,0 +1,114 @@
+"""Spawn P real torch.distributed ranks on this machine and collect what each returns.
+
+Each rank is a fresh `python -m zen.launch` process (no fork of a process that already runs OpenMP
+threads) that initialises the process group, calls `module:function(**kwargs)` and pickles the
+return value. A rank that fails or overruns kills the whole group with a clear error. A `wrap`
+callable may prefix each rank's command line (e.g. `ip netns exec node3`), and `env` per rank lets
+the caller bind ranks to interfaces; this is how the emulated cluster plugs in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zen.types import ZenCommError
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(target: str, world_size: int, kwargs: dict[str, Any] | None = None, *, backend: str = "gloo",
+          timeout_s: float = 600.0, pg_timeout_s: float = 120.0, master_addr: str = "127.0.0.1",
+          wrap: Callable[[int], list[str]] | None = None,
+          env: Callable[[int], dict[str, str]] | None = None) -> list[Any]:
+    """Run `target` ("pkg.module:function") on `world_size` ranks; returns each rank's result."""
+    port = free_port() if master_addr == "127.0.0.1" else 29500 + os.getpid() % 1000
+    with tempfile.TemporaryDirectory(prefix="zen-launch-") as tmp:
+        args_file = Path(tmp, "kwargs.pkl")
+        args_file.write_bytes(pickle.dumps(kwargs or {}))
+        procs = []
+        for rank in range(world_size):
+            rank_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                            MASTER_ADDR=master_addr, MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+            rank_env.update(env(rank) if env else {})
+            cmd = [*(wrap(rank) if wrap else []), sys.executable, "-m", "zen.launch", "--target", target,
+                   "--kwargs", str(args_file), "--out", str(Path(tmp, f"rank{rank}.pkl")),
+                   "--backend", backend, "--pg-timeout", str(pg_timeout_s)]
+            log = open(Path(tmp, f"rank{rank}.log"), "w+b")  # noqa: SIM115 - closed below
+            procs.append((subprocess.Popen(cmd, env=rank_env, stdout=log, stderr=subprocess.STDOUT), log))
+        _wait_all(procs, timeout_s)
+        return [pickle.loads(Path(tmp, f"rank{r}.pkl").read_bytes()) for r in range(world_size)]
+
+
+def _wait_all(procs: list[tuple[subprocess.Popen, Any]], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    failed: list[int] = []
+    try:
+        while any(p.poll() is None for p, _ in procs):
+            failed = [r for r, (p, _) in enumerate(procs) if p.returncode not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        failed = [r for r, (p, _) in enumerate(procs) if p.returncode not in (None, 0)]
+        overran = any(p.poll() is None for p, _ in procs)
+        if failed or overran:
+            if not failed:  # a hang: give the ranks a moment to report their own timeout first
+                time.sleep(1.0)
+            for p, _ in procs:
+                if p.poll() is None:
+                    p.kill()
+            first = failed[0] if failed else 0
+            _, log = procs[first]
+            log.seek(0)
+            tail = log.read().decode(errors="replace")[-3000:]
+            why = f"rank {first} exited with {procs[first][0].returncode}" if failed else \
+                f"ranks still running after {timeout_s:.0f}s"
+            raise ZenCommError(f"zen.launch: {why}; its output ends with:\n{tail}")
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            log.close()
+
+
+def worker_main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="one rank of zen.launch.spawn (internal)")
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--kwargs", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--pg-timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    import torch.distributed as dist
+
+    kwargs = pickle.loads(Path(args.kwargs).read_bytes())
+    module, func = args.target.split(":")
+    fn = getattr(importlib.import_module(module), func)
+    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.pg_timeout))
+    try:
+        result = fn(**kwargs)
+        tmp = Path(args.out + ".tmp")
+        tmp.write_bytes(pickle.dumps(result))
+        tmp.rename(args.out)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    worker_main(sys.argv[1:])
