@@ -1,0 +1,5 @@
+"""Embedding-heavy workloads (LSTM, BERT, GPT-2, DLRM) whose gradients Zen synchronizes."""
+
+from workloads.base import PRESETS, Workload, build_workload, register_workload, workload_names
+
+__all__ = ["PRESETS", "Workload", "build_workload", "register_workload", "workload_names"]

@@ -1,0 +1,56 @@
+"""What every workload provides: a model, per-rank batches, a loss, and which parameters are the
+sparse (embedding) ones whose gradients go through the chosen scheme."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+PRESETS = ("tiny", "small", "paper")
+
+
+@dataclass
+class Workload:
+    name: str
+    preset: str
+    model: nn.Module
+    # batches(rank, world_size, seed) -> endless iterator of this rank's batches (different per rank)
+    batches: Callable[[int, int, int], Iterator[Any]]
+    # loss(model, batch) -> scalar tensor
+    loss: Callable[[nn.Module, Any], torch.Tensor]
+    # names (model.named_parameters()) of embedding parameters whose gradients are naturally sparse
+    sparse_params: list[str]
+    local_batch_size: int
+    lr: float = 0.1
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+_BUILDERS: dict[str, Callable[[str, int], Workload]] = {}
+
+
+def register_workload(name: str) -> Callable[[Callable[[str, int], Workload]], Callable[[str, int], Workload]]:
+    def deco(fn: Callable[[str, int], Workload]) -> Callable[[str, int], Workload]:
+        _BUILDERS[name] = fn
+        return fn
+
+    return deco
+
+
+def workload_names() -> list[str]:
+    import workloads  # noqa: F401  (registers the built-in workloads)
+
+    return sorted(_BUILDERS)
+
+
+def build_workload(name: str, preset: str = "tiny", seed: int = 0) -> Workload:
+    """Build a registered workload; unknown names and presets raise ValueError listing the choices."""
+    names = workload_names()
+    if name not in names:
+        raise ValueError(f"unknown workload {name!r}; choose one of: {', '.join(names)}")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    return _BUILDERS[name](preset, seed)
