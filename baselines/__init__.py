@@ -1,3 +1,3 @@
 """Baseline synchronization schemes, each self-registering into zen's scheme registry."""
 
-from baselines import agsparse, allreduce  # noqa: F401  (registration side effects)
+from baselines import agsparse, allreduce, omnireduce, sparcml, sparse_ps  # noqa: F401  (self-registration)

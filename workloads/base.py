@@ -32,8 +32,11 @@ class Workload:
 _BUILDERS: dict[str, Callable[[str, int], Workload]] = {}
 
 
-def register_workload(name: str) -> Callable[[Callable[[str, int], Workload]], Callable[[str, int], Workload]]:
-    def deco(fn: Callable[[str, int], Workload]) -> Callable[[str, int], Workload]:
+Builder = Callable[[str, int], Workload]
+
+
+def register_workload(name: str) -> Callable[[Builder], Builder]:
+    def deco(fn: Builder) -> Builder:
         _BUILDERS[name] = fn
         return fn
 

@@ -16,12 +16,13 @@ from zen.types import LocalGrad, SyncStats
 @register_scheme("zen")
 class ZenAuto:
     """Measures d_G and gamma^n during the first `measure_iters` calls per tensor size (as BP),
-    then keeps the choice. Every rank decides from the same all-gathered numbers."""
+    then keeps the choice. Every rank decides from the same all-gathered numbers. With the default
+    alpha = 0 this is the paper's bytes-only rule; a positive alpha also weighs message counts."""
 
     name = "zen"
     sparse_input = True
 
-    def __init__(self, measure_iters: int = 1, alpha: float = 10e-6, bandwidth_gbps: float = 25.0,
+    def __init__(self, measure_iters: int = 1, alpha: float = 0.0, bandwidth_gbps: float = 25.0,
                  choice: str | None = None, **bp_options: object):
         if choice not in (None, "bp", "hc"):
             raise ValueError(f"choice must be 'bp', 'hc' or None (auto), got {choice!r}")

@@ -1,0 +1,93 @@
+"""Bodies of real multi-process ranks (targets for zen.launch.spawn); each runs many cases per spawn
+so process start-up is paid once."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import zen
+from zen.bench.reference import matches_reference, reference_sum
+
+from .cases import CASES
+
+
+def lossless_all(schemes: list[str], cases: list[str], dtypes: list[str]) -> dict[str, Any]:
+    rank, P = dist.get_rank(), dist.get_world_size()
+    report: dict[str, Any] = {}
+    for dt in dtypes:
+        dtype = getattr(torch, dt)
+        for case in cases:
+            tensors = [CASES[case](r, P, dtype) for r in range(P)]
+            total, magnitude = reference_sum(tensors)
+            for scheme in schemes:
+                for _ in range(2):  # twice: the selector decides on the first call
+                    out = zen.allreduce(tensors[rank], scheme)
+                ok = out.shape == tensors[0].shape and matches_reference(out, total, magnitude, P)
+                digest = out.double().flatten().mul(torch.arange(out.numel()) % 89 + 1).sum().item()
+                report[f"{scheme}/{case}/{dt}"] = (ok, digest)
+    return report
+
+
+def bad_input(kind: str, scheme: str) -> str:
+    """Returns the error message this rank got (every rank must get one, none may hang)."""
+    rank = dist.get_rank()
+    t = torch.zeros(100)
+    t[rank] = 1.0
+    if kind == "shape" and rank == 1:
+        t = torch.zeros(101)
+    if kind == "dtype" and rank == 1:
+        t = t.double()
+    if kind == "nan" and rank == 1:
+        t[5] = float("nan")
+    if kind == "inf" and rank == 0:
+        t[5] = float("inf")
+    if kind == "scheme_mismatch" and rank == 1:
+        scheme = "agsparse"
+    if kind == "index" and rank == 1:
+        t = torch.sparse_coo_tensor(torch.tensor([[0, 100]]), torch.ones(2), (100,))
+    try:
+        zen.allreduce(t, scheme)
+    except zen.ZenInputError as exc:
+        return str(exc)
+    return "no error"
+
+
+def dead_peer(scheme: str, timeout_s: float) -> str:
+    """Rank 1 leaves before the collective; the others must fail fast with a clear error."""
+    if dist.get_rank() == 1:
+        return "left"
+    start = time.monotonic()
+    try:
+        zen.allreduce(torch.ones(1000), scheme, timeout_s=timeout_s)
+    except zen.ZenCommError as exc:
+        return f"error after {time.monotonic() - start:.1f}s: {exc}"
+    return "no error"
+
+
+def ddp_train(scheme: str, steps: int) -> list[float]:
+    """A tiny embedding model trained with DDP + the Zen hook; returns the loss per step."""
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(500, 8), nn.Flatten(), nn.Linear(8 * 4, 1))
+    ddp = DDP(model)
+    ddp.register_comm_hook(zen.ZenHookState(scheme=scheme), zen.ddp_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    losses = []
+    for _ in range(steps):
+        ids = torch.randint(0, 50, (16, 4), generator=g)
+        target = ids.float().mean(1, keepdim=True) / 50
+        loss = ((ddp(ids) - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(t.item())
+    return losses

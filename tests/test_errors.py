@@ -1,0 +1,55 @@
+"""Bad input gets a clear error in simulation and on the command line, never a hang."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zen
+from zen.cli import main
+
+
+def test_unknown_scheme() -> None:
+    with pytest.raises(zen.ZenInputError, match="unknown scheme 'nope'.*allreduce"):
+        zen.simulate("nope", [torch.zeros(4)])
+
+
+def test_bad_scheme_option() -> None:
+    with pytest.raises(zen.ZenInputError, match="bad options"):
+        zen.simulate("zen-bp", [torch.zeros(4)], not_an_option=1)
+    with pytest.raises(ValueError, match="pull encoding"):
+        zen.simulate("zen-bp", [torch.zeros(4)], pull="zip")
+
+
+@pytest.mark.parametrize("scheme", zen.schemes())
+def test_mismatch_and_nonfinite_raise_on_every_rank(scheme: str) -> None:
+    cases = {
+        "shape": [torch.zeros(10), torch.zeros(11), torch.zeros(10)],
+        "dtype": [torch.zeros(10), torch.zeros(10, dtype=torch.float64), torch.zeros(10)],
+        "nan": [torch.zeros(10), torch.tensor([float("nan")] * 10), torch.zeros(10)],
+        "inf": [torch.full((10,), float("inf")), torch.zeros(10), torch.zeros(10)],
+    }
+    for name, tensors in cases.items():
+        with pytest.raises(zen.ZenInputError, match="rank 1|rank 0"):
+            zen.simulate(scheme, tensors, timeout_s=30)
+        del name
+
+
+def test_out_of_range_sparse_index() -> None:
+    bad = torch.sparse_coo_tensor(torch.tensor([[0, 7]]), torch.ones(2), (5,), check_invariants=False)
+    with pytest.raises(zen.ZenInputError, match="outside"):
+        zen.simulate("zen", [bad, torch.zeros(5)])
+
+
+def test_unsupported_dtype() -> None:
+    with pytest.raises(zen.ZenInputError, match="unsupported dtype"):
+        zen.simulate("zen", [torch.zeros(3, dtype=torch.int64)])
+
+
+def test_cli_rejects_bad_density_and_scheme(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match="density"):
+        main(["bench", "--density", "1.5"])
+    with pytest.raises(SystemExit, match="unknown scheme"):
+        main(["bench", "--schemes", "allreduce,nope"])
+    with pytest.raises(SystemExit):
+        main(["bench", "--pattern", "nope"])

@@ -1,0 +1,254 @@
+"""SparCML baseline: lossless and bit-identical on every variant, and bytes equal to its formula."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+import torch
+
+import zen
+from baselines.sparcml import VARIANTS, Stream, StreamOps, choose_variant
+from zen.hc import fold_layout
+from zen.types import ZenInputError
+
+ALL = (*VARIANTS, "auto")
+KINDS = ("random", "identical", "disjoint", "empty", "edges", "full", "filling")
+
+
+def supports(kind: str, P: int, M: int, gen: torch.Generator) -> list[list[int]]:
+    """Each rank's non-zero rows for one input pattern."""
+    k = max(1, M // 20)
+
+    def pick(n: int) -> list[int]:
+        return torch.randperm(M, generator=gen)[:n].tolist()
+
+    if kind == "identical":
+        return [pick(k)] * P
+    if kind == "disjoint":
+        perm = torch.randperm(M, generator=gen).tolist()
+        return [perm[r * k : (r + 1) * k] for r in range(P)]
+    if kind == "empty":
+        return [[] if r % 3 == 0 else pick(k) for r in range(P)]
+    if kind == "edges":
+        return [sorted({0, M - 1, *pick(k)}) for _ in range(P)]
+    if kind == "full":
+        return [list(range(M))] * P
+    if kind == "filling":  # dense enough that the switch fires part-way through the reduction
+        return [pick(3 * M // 10) for _ in range(P)]
+    return [pick(k) for _ in range(P)]
+
+
+def make_tensors(rows: list[list[int]], M: int, D: int, dtype: torch.dtype,
+                 gen: torch.Generator) -> list[torch.Tensor]:
+    """Dense vectors for D = 1, sparse COO (M, D) tensors (rows of width D) otherwise."""
+    out = []
+    for idx in rows:
+        values = torch.randn(len(idx), D, generator=gen).clamp(-4, 4).to(dtype)
+        values[values == 0] = 1
+        index = torch.tensor(sorted(idx), dtype=torch.int64)
+        if D == 1:
+            out.append(torch.zeros(M, dtype=dtype).index_put_((index,), values.view(-1)))
+        else:
+            coo = torch.sparse_coo_tensor(index.view(1, -1), values, (M, D), check_invariants=True)
+            out.append(coo.coalesce())
+    return out
+
+
+def check(result: zen.api.SimResult, tensors: list[torch.Tensor]) -> None:
+    """Every output equals the float64 sum within recursive-summation error, and all match bitwise."""
+    dense = [t.to_dense().double() for t in tensors]
+    ref = torch.stack(dense).sum(0)
+    bound = len(tensors) * torch.finfo(tensors[0].dtype).eps * torch.stack(dense).abs().sum(0)
+    bits = torch.int16 if tensors[0].element_size() == 2 else torch.int32
+    first = result.outputs[0].contiguous().view(bits)
+    for out in result.outputs:
+        assert out.shape == tensors[0].shape and out.dtype == tensors[0].dtype
+        assert bool(((out.double() - ref).abs() <= bound).all())
+        assert torch.equal(out.contiguous().view(bits), first)
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("variant", ALL)
+def test_lossless(variant: str, kind: str, P: int) -> None:
+    gen = torch.Generator().manual_seed(P * 100 + KINDS.index(kind))
+    M = 211
+    tensors = make_tensors(supports(kind, P, M, gen), M, 1, torch.float32, gen)
+    result = zen.simulate("sparcml", tensors, variant=variant)
+    check(result, tensors)
+    assert len({s.choice for s in result.stats}) == 1
+
+
+@pytest.mark.parametrize("P", [3, 6])
+@pytest.mark.parametrize("D", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_dtypes_and_row_width(variant: str, dtype: torch.dtype, D: int, P: int) -> None:
+    gen = torch.Generator().manual_seed(7 * P + D)
+    M = 97
+    for kind in ("random", "filling"):
+        tensors = make_tensors(supports(kind, P, M, gen), M, D, dtype, gen)
+        check(zen.simulate("sparcml", tensors, variant=variant), tensors)
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_large_world(variant: str) -> None:
+    gen = torch.Generator().manual_seed(64)
+    M, P = 300, 64
+    for kind in ("random", "empty"):
+        tensors = make_tensors(supports(kind, P, M, gen), M, 1, torch.float32, gen)
+        check(zen.simulate("sparcml", tensors, variant=variant), tensors)
+
+
+# ---- byte formula ----------------------------------------------------------------------------
+
+class Model:
+    """The docstring's byte formula, evaluated on index sets: a stream is (rows, dense, lo, n)."""
+
+    def __init__(self, M: int, D: int, s_i: int, s_v: int):
+        self.M, self.D, self.s_i, self.s_v = M, D, s_i, s_v
+
+    def switch(self, nnz: int, n: int) -> bool:
+        return nnz * (self.s_i + self.D * self.s_v) >= n * self.D * self.s_v
+
+    def make(self, rows: set[int], lo: int, n: int) -> tuple:
+        return (rows, n > 0 and self.switch(len(rows), n), lo, n)
+
+    def size(self, s: tuple) -> int:
+        rows, dense, _, n = s
+        return n * self.D * self.s_v if dense else len(rows) * (self.s_i + self.D * self.s_v)
+
+    def merge(self, a: tuple, b: tuple) -> tuple:
+        dense = a[1] or b[1] or self.switch(len(a[0]) + len(b[0]), a[3])
+        return (a[0] | b[0], dense, a[2], a[3])
+
+    def cut(self, s: tuple, lo: int, n: int) -> tuple:
+        rows = {i for i in s[0] if lo <= i < lo + n}
+        return (rows, True, lo, n) if s[1] else self.make(rows, lo, n)
+
+    def received(self, sets: list[list[int]], variant: str) -> dict[str, list[int]]:
+        P = len(sets)
+        p2, extra = fold_layout(P)
+        got: dict[str, list[int]] = defaultdict(lambda: [0] * P)
+        streams = [self.make(set(s), 0, self.M) for s in sets]
+        X = []
+        for v in range(p2):
+            if v < extra:
+                got["fold"][2 * v + 1] += self.size(streams[2 * v])
+                got["meta"][2 * v + 1] += 16
+                X.append(self.merge(streams[2 * v + 1], streams[2 * v]))
+            else:
+                X.append(streams[v + extra])
+        rank = [2 * v + 1 if v < extra else v + extra for v in range(p2)]
+        if variant == "ssar_recursive_double":
+            result = self._recursive_double(X, rank, got)
+        else:
+            result = self._split_allgather(X, rank, got, variant)
+        for v in range(extra):
+            got["unfold"][2 * v] += sum(self.size(s) for s in result)
+            got["meta"][2 * v] += 16 * len(result)
+        return dict(got)
+
+    def _recursive_double(self, X: list[tuple], rank: list[int], got: dict) -> list[tuple]:
+        p2 = len(X)
+        for level in range(p2.bit_length() - 1):
+            for v in range(p2):
+                got["reduce"][rank[v]] += self.size(X[v ^ (1 << level)])
+                got["meta"][rank[v]] += 16
+            X = [self.merge(X[v], X[v ^ (1 << level)]) for v in range(p2)]
+        return [X[0]]
+
+    def _split_allgather(self, X: list[tuple], rank: list[int], got: dict, variant: str) -> list[tuple]:
+        p2 = len(X)
+        ranges = [(j * self.M // p2, (j + 1) * self.M // p2 - j * self.M // p2) for j in range(p2)]
+        slices = []
+        for v, (lo, n) in enumerate(ranges):
+            pieces = [self.cut(X[u], lo, n) for u in range(p2)]
+            got["reduce_scatter"][rank[v]] += sum(self.size(p) for u, p in enumerate(pieces) if u != v)
+            mine = pieces[0]
+            for piece in pieces[1:]:
+                mine = self.merge(mine, piece)
+            slices.append((mine[0], True, lo, n) if variant == "dsar_split_allgather" else mine)
+        for v in range(p2):
+            got["allgather"][rank[v]] += sum(self.size(s) for j, s in enumerate(slices) if j != v)
+            got["meta"][rank[v]] += 16 * 2 * (p2 - 1)
+        return slices
+
+
+def measured(sets: list[list[int]], M: int, variant: str) -> tuple[zen.api.SimResult, dict[str, list[int]]]:
+    gen = torch.Generator().manual_seed(len(sets))
+    tensors = make_tensors(sets, M, 1, torch.float32, gen)
+    result = zen.simulate("sparcml", tensors, variant=variant, validate=False)
+    check(result, tensors)
+    phases = {p: b for p, b in result.phases.items() if any(b)}
+    return result, phases
+
+
+@pytest.mark.parametrize("P", [4, 6, 8])
+@pytest.mark.parametrize("kind", ["identical", "disjoint", "filling"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bytes_match_formula(variant: str, kind: str, P: int) -> None:
+    M = 256
+    sets = supports(kind, P, M, torch.Generator().manual_seed(P))
+    result, phases = measured(sets, M, variant)
+    expected = {p: b for p, b in Model(M, 1, 4, 4).received(sets, variant).items() if any(b)}
+    assert phases == expected
+    switched = any(s.extra["dense_rows"] for s in result.stats)
+    assert switched == (kind == "filling" or variant == "dsar_split_allgather")
+
+
+@pytest.mark.parametrize("P", [4, 8])
+def test_bytes_closed_form(P: int) -> None:
+    """The docstring's closed forms for identical and disjoint supports of k rows (no fold, no switch)."""
+    M, row, levels = 256, 8, P.bit_length() - 1
+    gen = torch.Generator().manual_seed(P)
+    same = supports("identical", P, M, gen)
+    k = len(same[0])
+    _, rd = measured(same, M, "ssar_recursive_double")
+    assert rd["reduce"] == [levels * k * row] * P
+    _, sa = measured(same, M, "ssar_split_allgather")
+    _, ds = measured(same, M, "dsar_split_allgather")
+    for v in range(P):
+        k_v = sum(v * M // P <= i < (v + 1) * M // P for i in same[0])
+        assert sa["reduce_scatter"][v] + sa["allgather"][v] == ((P - 1) * k_v + k - k_v) * row
+        assert ds["allgather"][v] == (M - M // P) * 4
+    _, rd = measured(supports("disjoint", P, M, gen), M, "ssar_recursive_double")
+    assert rd["reduce"] == [(P - 1) * k * row] * P
+
+
+@pytest.mark.parametrize("variant", ["auto", "ssar_recursive_double", "ssar_split_allgather"])
+def test_fewer_bytes_than_agsparse_on_identical_supports(variant: str) -> None:
+    P, M = 16, 1 << 16
+    gen = torch.Generator().manual_seed(16)
+    tensors = make_tensors(supports("identical", P, M, gen), M, 1, torch.float32, gen)
+    ours = zen.simulate("sparcml", tensors, variant=variant)
+    theirs = zen.simulate("agsparse", tensors)
+    check(ours, tensors)
+    assert max(ours.bytes_received) < min(theirs.bytes_received)
+
+
+# ---- stream format and selection -------------------------------------------------------------
+
+def test_dense_stream_travels_as_zero_ids_and_all_rows() -> None:
+    ops = StreamOps(2, torch.int32, torch.empty(0, 2))
+    dense = Stream(10, 3, None, torch.arange(6.0).view(3, 2))
+    sparse = Stream(10, 3, torch.tensor([11]), torch.ones(1, 2))
+    message = ops.encode([dense, sparse])
+    assert [t.shape[0] for t in message] == [0, 3, 1, 1]
+    back = ops.decode(message, [(10, 3), (10, 3)])
+    assert back[0].index is None and torch.equal(back[0].values, dense.values)
+    assert torch.equal(back[1].index, sparse.index)
+    assert ops.merge(dense, sparse).values.tolist() == ops.merge(sparse, dense).values.tolist()
+
+
+def test_auto_choice() -> None:
+    ops = StreamOps(1, torch.int32, torch.empty(0, 1))
+    assert choose_variant([10, 0, 10], 10_000, ops, small_bytes=1 << 16) == "ssar_recursive_double"
+    assert choose_variant([20_000] * 4, 1 << 22, ops, small_bytes=1 << 16) == "ssar_split_allgather"
+    assert choose_variant([600] * 4, 1000, ops, small_bytes=1 << 16) == "dsar_split_allgather"
+
+
+def test_bad_variant() -> None:
+    with pytest.raises(ZenInputError, match="variant"):
+        zen.simulate("sparcml", [torch.ones(4)], variant="ring")

@@ -1,0 +1,61 @@
+"""GPT-2 causal-LM training on BBC News with the GPT-2 byte-level BPE vocabulary (50,257 tokens).
+
+Input (wte) and output (lm_head) embeddings are untied, so the wte gradient only has the rows of
+the batch's tokens (Zen §2: natural sparsity of embedding gradients); lm_head is dense.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from workloads.base import Workload, register_workload
+from workloads.common import config_dict, window_batches
+from workloads.hf import build_untied, hf_lm_loss, transformers_offline
+from workloads.text import load_tokenizer, subword_stream
+
+TOKENIZER = "gpt2"
+
+
+@dataclass(frozen=True)
+class GPT2Preset:
+    article_limit: int | None
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_ctx: int
+    batch_size: int
+    lr: float
+
+
+PRESETS = {
+    "tiny": GPT2Preset(100, 32, 2, 2, 32, 4, 0.1),
+    "small": GPT2Preset(None, 128, 2, 2, 128, 8, 0.1),
+    "paper": GPT2Preset(None, 768, 12, 12, 1024, 8, 0.02),  # GPT-2 small (124M + untied lm_head)
+}
+
+
+@register_workload("gpt2")
+def build(preset: str, seed: int) -> Workload:
+    cfg = PRESETS[preset]
+    transformers = transformers_offline()
+    tok = load_tokenizer(TOKENIZER)
+    vocab = tok.get_vocab_size()
+    stream = subword_stream(TOKENIZER, cfg.article_limit)
+    config = transformers.GPT2Config(
+        vocab_size=vocab, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head,
+        n_positions=cfg.n_ctx, tie_word_embeddings=False)
+    model = build_untied(transformers.GPT2LMHeadModel, config, seed)
+
+    def batches(rank: int, world_size: int, data_seed: int) -> Iterator[dict[str, torch.Tensor]]:
+        for ids in window_batches(stream, cfg.n_ctx, cfg.batch_size, rank, world_size, data_seed):
+            yield {"input_ids": ids, "labels": ids}
+
+    return Workload(
+        name="gpt2", preset=preset, model=model, batches=batches, loss=hf_lm_loss,
+        sparse_params=["transformer.wte.weight"], local_batch_size=cfg.batch_size, lr=cfg.lr,
+        info={"config": config_dict(cfg), "vocab_size": vocab, "tokenizer": TOKENIZER,
+              "train_tokens": stream.numel()},
+    )

@@ -1,0 +1,223 @@
+"""`zen profile`: record the embedding-gradient sparsity of a workload (Zen Table 1, Fig 2, Fig 3).
+
+N data-parallel workers are emulated one after the other in this process: at every step each
+worker runs a real forward/backward pass on its own batch, the non-zero rows of its sparse
+(embedding) gradients are recorded, and (unless --no-update) the model takes an SGD step with the
+workers' averaged gradient, as data-parallel training would. The statistics (workloads/sparsity.py)
+use one row space per workload: its sparse parameters stacked in `sparse_params` order.
+
+Outputs in --out (each written atomically): profile.json (summary), workers.csv (per step and
+worker), union.csv (d_G^n and gamma^n per step), overlap.csv (pairwise overlap per step) and
+traces.pt (int32 row ids per step, worker and parameter, for replay in simulations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workloads import sparsity
+from workloads.base import PRESETS, Workload, build_workload, workload_names
+
+log = logging.getLogger(__name__)
+SKEW_PARTS = (8, 128)
+SHARE_PARTS = 8
+
+
+@dataclass
+class Trace:
+    """Row ids of every worker's sparse gradients, per step: indices[step][worker][param]."""
+
+    params: list[dict[str, Any]]  # name, rows, width of each sparse parameter
+    indices: list[list[list[torch.Tensor]]]
+    losses: list[list[float]]  # losses[step][worker]
+
+    def stacked(self, step: int, worker: int) -> torch.Tensor:
+        """The worker's row ids in the stacked row space of all sparse parameters."""
+        offsets = torch.tensor([0] + [p["rows"] for p in self.params[:-1]]).cumsum(0).tolist()
+        ids = self.indices[step][worker]
+        return torch.cat([idx.long() + off for idx, off in zip(ids, offsets, strict=True)])
+
+    @property
+    def num_rows(self) -> int:
+        return sum(p["rows"] for p in self.params)
+
+
+def record(workload: Workload, workers: int, steps: int, seed: int, update: bool = True) -> Trace:
+    """Run `steps` emulated data-parallel steps of `workers` workers and record their index sets."""
+    model = workload.model
+    named = dict(model.named_parameters())
+    sparse = [named[n] for n in workload.sparse_params]
+    params = [{"name": n, "rows": p.shape[0], "width": p[0].numel()}
+              for n, p in zip(workload.sparse_params, sparse, strict=True)]
+    streams = [workload.batches(w, workers, seed) for w in range(workers)]
+    opt = torch.optim.SGD(model.parameters(), lr=workload.lr)
+    trace = Trace(params, [], [])
+    for step in range(steps):
+        summed: dict[str, torch.Tensor] = {}
+        trace.indices.append([])
+        trace.losses.append([])
+        for w in range(workers):
+            model.zero_grad(set_to_none=True)
+            loss = workload.loss(model, next(streams[w]))
+            loss.backward()
+            trace.losses[-1].append(loss.item())
+            trace.indices[-1].append([sparsity.nonzero_rows(p.grad).int() for p in sparse])
+            if update:
+                for n, p in named.items():
+                    if p.grad is not None:
+                        summed[n] = summed[n].add_(p.grad) if n in summed else p.grad.clone()
+        if update:
+            for n, p in named.items():
+                p.grad = summed[n].div_(workers) if n in summed else None
+            opt.step()
+        log.info("step %d: loss %.4f", step, statistics.fmean(trace.losses[-1]))
+    return trace
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def step_rows(trace: Trace, step: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """CSV rows of one step: per worker, per union size n, per worker pair."""
+    m = trace.num_rows
+    sets = [trace.stacked(step, w) for w in range(len(trace.indices[step]))]
+    workers = []
+    for w, s in enumerate(sets):
+        row = {"step": step, "worker": w, "nnz": s.numel(), "density": sparsity.density(s, m),
+               "loss": trace.losses[step][w]}
+        row.update({f"skew{p}": sparsity.skewness(s, m, p) for p in SKEW_PARTS})
+        row.update({f"share{j}": v for j, v in enumerate(sparsity.partition_shares(s, m, SHARE_PARTS))})
+        workers.append(row)
+    unions = [{"step": step, "n": n, "density": d, "gamma": g}
+              for n, (d, g) in sparsity.densification(sets, m).items()]
+    pairs = [{"step": step, "i": i, "j": j, "overlap": sparsity.overlap_ratio(sets[i], sets[j])}
+             for i, j in combinations(range(len(sets)), 2)]
+    return workers, unions, pairs
+
+
+def summarize(trace: Trace, workers: list[dict], unions: list[dict], pairs: list[dict]) -> dict[str, Any]:
+    """Means over steps (and workers) of the per-step statistics: Table 1, Fig 2a/2b, Fig 3a/3b."""
+    n_workers, n_steps, m = len(trace.indices[0]), len(trace.indices), trace.num_rows
+
+    def mean_of(rows: list[dict], key: str, **match: int) -> float:
+        return _mean([r[key] for r in rows if all(r[k] == v for k, v in match.items())])
+
+    full_union = [sparsity.union([trace.stacked(s, w) for w in range(n_workers)]) for s in range(n_steps)]
+    per_param = [_mean([sparsity.density(trace.indices[s][w][k], p["rows"])
+                        for s in range(n_steps) for w in range(n_workers)])
+                 for k, p in enumerate(trace.params)]
+    ns = sorted({r["n"] for r in unions})
+    overlaps = [r["overlap"] for r in pairs]
+    return {
+        "num_rows": m,
+        "params": [{**p, "density": d} for p, d in zip(trace.params, per_param, strict=True)],
+        "density": {"mean": mean_of(workers, "density"),
+                    "per_worker": [mean_of(workers, "density", worker=w) for w in range(n_workers)]},
+        "union": {"n": ns, "density": [mean_of(unions, "density", n=n) for n in ns],
+                  "gamma": [mean_of(unions, "gamma", n=n) for n in ns]},
+        "overlap": {"mean": _mean(overlaps), "min": min(overlaps, default=0.0),
+                    "max": max(overlaps, default=0.0),
+                    "matrix": [[1.0 if i == j else mean_of(pairs, "overlap", i=min(i, j), j=max(i, j))
+                                for j in range(n_workers)] for i in range(n_workers)]},
+        "skewness": {str(p): mean_of(workers, f"skew{p}") for p in SKEW_PARTS}
+        | {f"union_{p}": _mean([sparsity.skewness(u, m, p) for u in full_union]) for p in SKEW_PARTS},
+        "partition_share": [mean_of(workers, f"share{j}") for j in range(SHARE_PARTS)],
+        "union_partition_share": [_mean([sparsity.partition_shares(u, m, SHARE_PARTS)[j] for u in full_union])
+                                  for j in range(SHARE_PARTS)],
+        "loss": [_mean(step_losses) for step_losses in trace.losses],
+    }
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write to a temporary sibling, then rename: readers never see a partial file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _csv_text(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [])
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def write_outputs(out: Path, summary: dict[str, Any], tables: dict[str, list[dict]], trace: Trace) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, rows in tables.items():
+        text = _csv_text(rows)
+        _atomic_write(out / f"{name}.csv", lambda p, text=text: p.write_text(text))
+    payload = {"params": trace.params, "indices": trace.indices, "losses": trace.losses}
+    _atomic_write(out / "traces.pt", lambda p: torch.save(payload, p))
+    text = json.dumps(summary, indent=1) + "\n"
+    _atomic_write(out / "profile.json", lambda p: p.write_text(text))
+
+
+def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Path,
+            update: bool = True) -> dict[str, Any]:
+    """Build, record, summarize and write; returns the summary (also in out/profile.json)."""
+    t0 = time.perf_counter()
+    workload = build_workload(name, preset, seed)
+    trace = record(workload, workers, steps, seed, update)
+    tables: dict[str, list[dict]] = {"workers": [], "union": [], "overlap": []}
+    for step in range(steps):
+        for key, rows in zip(tables, step_rows(trace, step), strict=True):
+            tables[key].extend(rows)
+    summary = {"workload": name, "preset": preset, "workers": workers, "steps": steps, "seed": seed,
+               "update": update, "local_batch_size": workload.local_batch_size, "lr": workload.lr,
+               "info": workload.info, **summarize(trace, *tables.values()),
+               "seconds": time.perf_counter() - t0,
+               "files": ["profile.json", "workers.csv", "union.csv", "overlap.csv", "traces.pt"]}
+    write_outputs(out, summary, tables, trace)
+    return summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workload", required=True, choices=workload_names())
+    parser.add_argument("--preset", default="small", choices=PRESETS)
+    parser.add_argument("--workers", type=int, default=8, help="emulated data-parallel workers")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--no-update", dest="update", action="store_false",
+                        help="keep the model fixed (no SGD step between steps)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers < 1 or args.steps < 1:
+        raise SystemExit("--workers and --steps must be >= 1")
+    s = profile(args.workload, args.preset, args.workers, args.steps, args.seed, args.out, args.update)
+    u = s["union"]
+    print(f"{s['workload']}/{s['preset']}: {s['num_rows']} embedding rows, {s['workers']} workers x "
+          f"{s['steps']} steps in {s['seconds']:.1f} s")
+    print(f"  density per worker  {s['density']['mean']:.4%}  "
+          f"(min {min(s['density']['per_worker']):.4%}, max {max(s['density']['per_worker']):.4%})")
+    pairs = list(zip(u["n"], u["density"], u["gamma"], strict=True))
+    print("  union density       " + "  ".join(f"n={n}: {d:.4%}" for n, d, _ in pairs))
+    print("  gamma^n             " + "  ".join(f"n={n}: {g:.2f}" for n, _, g in pairs))
+    print(f"  overlap             mean {s['overlap']['mean']:.3f} "
+          f"(min {s['overlap']['min']:.3f}, max {s['overlap']['max']:.3f})")
+    print(f"  skewness            8 parts {s['skewness']['8']:.2f}, 128 parts {s['skewness']['128']:.2f}")
+    print("  share per 1/8       " + " ".join(f"{v:.3f}" for v in s["partition_share"]))
+    print(f"  loss                {s['loss'][0]:.4f} -> {s['loss'][-1]:.4f}")
+    print(f"  wrote {args.out}/{{{','.join(s['files'])}}}")
+    return 0

@@ -1,0 +1,62 @@
+"""`zen bench`: one table row per scheme, JSON lines with --json, non-zero exit on a wrong result."""
+
+from __future__ import annotations
+
+import argparse
+
+from zen.bench.harness import DTYPES, BenchConfig, run_bench
+from zen.bench.patterns import PATTERNS
+from zen.bench.report import json_lines, markdown, table, write_atomic
+from zen.registry import schemes
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=("sim", "gloo", "nccl"), default="sim")
+    p.add_argument("--world-size", "-n", type=int, default=4)
+    p.add_argument("--schemes", default="all", help="comma-separated scheme names, or 'all'")
+    p.add_argument("--numel", type=lambda s: int(float(s)), default=1 << 20, help="elements (2^20, 1e6, ...)")
+    p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--pattern", choices=PATTERNS, default="random")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bandwidth", default=None, help="gloo only: emulated per-node link rate, e.g. 1gbit")
+    p.add_argument("--sim-bandwidth-gbps", type=float, default=25.0, help="sim only: link rate for times")
+    p.add_argument("--pull", default=None, help="pull encoding for zen schemes (hash_bitmap, coo, bitmap)")
+    p.add_argument("--json", default=None, help="write one JSON object per row to this file")
+    p.add_argument("--markdown", default=None, help="write the table as markdown to this file")
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    names = schemes() if args.schemes == "all" else [s.strip() for s in args.schemes.split(",") if s.strip()]
+    unknown = sorted(set(names) - set(schemes()))
+    if unknown:
+        raise SystemExit(f"zen bench: unknown scheme(s) {unknown}; choose from {', '.join(schemes())}")
+    if "allreduce" in names:  # the reference first, so speedups read top-down
+        names.remove("allreduce")
+        names.insert(0, "allreduce")
+    if not 0.0 <= args.density <= 1.0:
+        raise SystemExit(f"zen bench: --density must be in [0, 1], got {args.density}")
+    if args.bandwidth and args.backend == "sim":
+        raise SystemExit("zen bench: --bandwidth needs --backend gloo (sim uses --sim-bandwidth-gbps)")
+    options = {}
+    if args.pull:
+        options = {n: {"pull": args.pull} for n in names if n in ("zen", "zen-bp")}
+    return BenchConfig(
+        backend=args.backend, world_size=args.world_size, schemes=names, numel=args.numel,
+        density=args.density, pattern=args.pattern, dtype=args.dtype, repeats=args.repeats,
+        warmup=args.warmup, seed=args.seed, bandwidth=args.bandwidth,
+        sim_bandwidth_gbps=args.sim_bandwidth_gbps, options=options,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = run_bench(config_from(args))
+    print(table(rows))
+    if args.json:
+        write_atomic(args.json, json_lines(rows))
+    if args.markdown:
+        write_atomic(args.markdown, markdown(rows))
+    return 0 if all(r["correct"] for r in rows) else 1
+

@@ -1,0 +1,190 @@
+"""Run schemes on one synthetic input and turn per-rank stats and times into table rows.
+
+Backends: `sim` (virtual ranks in-process; time = max bytes received / modelled bandwidth, since
+wall time of P threads on 2 cores means nothing), `gloo` / `nccl` (real ranks spawned by zen.launch,
+optionally inside the emulated cluster; time = per-iteration max over ranks, barrier before each).
+Every timed call is dense-in, dense-out with extraction included, into a reused output buffer.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from zen.api import simulate, sync
+from zen.bench.patterns import index_set, make_gradient
+from zen.bench.reference import matches_reference, reference_sum
+from zen.registry import make_scheme
+from zen.types import SyncStats
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class BenchConfig:
+    backend: str = "sim"
+    world_size: int = 4
+    schemes: list[str] = field(default_factory=lambda: ["allreduce", "agsparse", "zen"])
+    numel: int = 1 << 20
+    density: float = 0.01
+    pattern: str = "random"
+    dtype: str = "fp32"
+    repeats: int = 10
+    warmup: int = 2
+    seed: int = 0
+    bandwidth: str | None = None  # emulated link rate (gloo), e.g. "1gbit"
+    sim_bandwidth_gbps: float = 25.0  # modelled link rate for sim times
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # scheme -> options
+
+
+@dataclass
+class RankRecord:
+    """What one rank reports for one scheme."""
+
+    stats: SyncStats
+    times_s: list[float]
+    checksum: float
+    correct: bool | None
+
+
+def union_density(cfg: BenchConfig) -> float:
+    sets = [index_set(cfg.pattern, cfg.numel, cfg.density, r, cfg.world_size, cfg.seed)
+            for r in range(cfg.world_size)]
+    return torch.unique(torch.cat(sets)).numel() / cfg.numel
+
+
+def inputs(cfg: BenchConfig, rank: int) -> torch.Tensor:
+    return make_gradient(cfg.pattern, cfg.numel, cfg.density, rank, cfg.world_size, cfg.seed, DTYPES[cfg.dtype])
+
+
+def _reference(cfg: BenchConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    return reference_sum([inputs(cfg, r) for r in range(cfg.world_size)])
+
+
+def run_sim(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
+    grads = [inputs(cfg, r) for r in range(cfg.world_size)]
+    total, magnitude = reference_sum(grads)
+    outs = [torch.empty_like(g) for g in grads]
+    records = {}
+    for name in cfg.schemes:
+        res = simulate(name, grads, warmup=max(1, cfg.warmup), seed=cfg.seed, outs=outs,
+                       **cfg.options.get(name, {}))
+        ok = all(matches_reference(o, total, magnitude, cfg.world_size) for o in res.outputs)
+        same = all(torch.equal(o, res.outputs[0]) for o in res.outputs)
+        bw = cfg.sim_bandwidth_gbps * 1e9 / 8
+        t = max(res.bytes_received) / bw
+        records[name] = [RankRecord(s, [t], 0.0, ok and same) for s in res.stats]
+    return records
+
+
+def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
+    """Body of one real rank (target of zen.launch.spawn)."""
+    import torch.distributed as dist
+
+    from zen.comm.dist import DistComm
+
+    comm = DistComm()
+    rank = comm.rank
+    grad = inputs(cfg, rank).to(comm.device)
+    out = torch.empty_like(grad)
+    reference = _reference(cfg) if rank == 0 else None
+    records = {}
+    for name in cfg.schemes:
+        scheme = make_scheme(name, **cfg.options.get(name, {}))
+        times, stats = [], SyncStats()
+        for i in range(cfg.warmup + cfg.repeats):
+            dist.barrier()
+            if comm.device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            _, stats = sync(scheme, grad, comm, out)
+            if comm.device.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= cfg.warmup:
+                times.append(time.perf_counter() - start)
+        correct = None
+        if reference is not None:
+            correct = matches_reference(out.cpu(), *reference, cfg.world_size)
+        checksum = float(out.double().mul(torch.arange(1, out.numel() + 1, device=out.device) % 97).sum())
+        records[name] = RankRecord(stats, times, checksum, correct)
+    return records
+
+
+def run_dist(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
+    from zen.launch import spawn
+
+    backend = "nccl" if cfg.backend == "nccl" else "gloo"
+    target, kwargs = "zen.bench.harness:dist_worker", {"cfg": cfg}
+    if cfg.bandwidth:
+        from zen.netem import emulated_cluster
+
+        with emulated_cluster(cfg.world_size, cfg.bandwidth) as cluster:
+            per_rank = spawn(target, cfg.world_size, kwargs, backend=backend, **cluster.spawn_kwargs())
+    else:
+        per_rank = spawn(target, cfg.world_size, kwargs, backend=backend)
+    return {name: [per_rank[r][name] for r in range(cfg.world_size)] for name in cfg.schemes}
+
+
+def imbalance(stats: list[SyncStats]) -> tuple[float | None, float | None]:
+    """Push: max over workers i, servers j of n |I_i^j| / |I_i|. Pull: max_j n |I^j| / |I| (zen.md)."""
+    n = len(stats)
+    push = pull = None
+    if all(s.push_counts is not None for s in stats):
+        ratios = [n * c / s.nnz for s in stats if s.nnz for c in s.push_counts]
+        push = max(ratios) if ratios else 1.0
+    if all(s.server_count is not None for s in stats):
+        total = sum(s.server_count for s in stats)
+        pull = n * max(s.server_count for s in stats) / total if total else 1.0
+    return push, pull
+
+
+def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[str, Any]]:
+    """One nccl-tests style row per scheme; speedups are ratios measured in this same run."""
+    udens = union_density(cfg)
+    itemsize = DTYPES[cfg.dtype].itemsize
+    out = []
+    for name, recs in records.items():
+        per_iter = [max(r.times_s[i] for r in recs) for i in range(len(recs[0].times_s))]
+        recv = [r.stats.traffic.bytes_received for r in recs]
+        push, pull = imbalance([r.stats for r in recs])
+        median = statistics.median(per_iter)
+        same = len({r.checksum for r in recs}) == 1
+        correct = all(r.correct for r in recs if r.correct is not None) and same
+        phases = sorted({p for r in recs for p in r.stats.traffic.received})
+        out.append({
+            "scheme": name, "backend": cfg.backend, "world_size": cfg.world_size, "numel": cfg.numel,
+            "density": cfg.density, "pattern": cfg.pattern, "dtype": cfg.dtype, "bandwidth": cfg.bandwidth,
+            "union_density": udens, "nnz_max": max(r.stats.nnz for r in recs),
+            "bytes_sent_max": max(r.stats.traffic.bytes_sent for r in recs),
+            "bytes_received_max": max(recv), "bytes_received_mean": statistics.fmean(recv),
+            "phases_received_max": {p: max(r.stats.traffic.received.get(p, 0) for r in recs) for p in phases},
+            "push_imbalance": push, "pull_imbalance": pull,
+            "time_ms_median": 1e3 * median, "time_ms_p99": 1e3 * _percentile(per_iter, 0.99),
+            "time_source": "bytes/bandwidth" if cfg.backend == "sim" else "measured",
+            "algbw_GBps": cfg.numel * itemsize / median / 1e9 if median else None,
+            "choice": recs[0].stats.choice, "correct": correct, "times_ms": [1e3 * t for t in per_iter],
+            "config": {k: v for k, v in asdict(cfg).items() if k != "schemes"},
+        })
+    base = next((r for r in out if r["scheme"] == "allreduce"), None)
+    for r in out:
+        r["speedup_vs_allreduce"] = base["time_ms_median"] / r["time_ms_median"] if base else None
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def run_bench(cfg: BenchConfig) -> list[dict[str, Any]]:
+    if cfg.backend not in ("sim", "gloo", "nccl"):
+        raise ValueError(f"unknown backend {cfg.backend!r}; choose sim, gloo or nccl")
+    nnz = round(cfg.numel * cfg.density)
+    if cfg.world_size < 1 or cfg.numel < 1 or not 0 <= cfg.density <= 1 or nnz > cfg.numel:
+        raise ValueError("need world_size >= 1, numel >= 1 and density in [0, 1]")
+    make = run_sim if cfg.backend == "sim" else run_dist
+    return rows(cfg, make(cfg))

@@ -1,0 +1,466 @@
+// CPU kernels (ATen + at::parallel_for) for the hot paths of Zen's balanced parallelism:
+// non-zero row extraction, hierarchical hashing (paper section 3, Algorithm 1), S_j = the rows h0 maps
+// to each server, and the hash-bitmap pull encoding (section 4, Algorithm 2).
+//
+// Values are never computed on, only tested ("!= 0" as "any magnitude bit set") and copied, so every
+// kernel works on the raw bits of fp16 / bf16 / fp32 / fp64 and is bit-exact by construction.
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "zen_common.h"
+
+namespace {
+
+using at::Tensor;
+using zen::Family;
+
+constexpr int64_t kGrain = 1 << 15;  // smallest unit of work worth a task (rows, slots or bytes)
+
+// Splits `work` items into ordered chunks (a few per thread) so that per-chunk results concatenate in
+// order: outputs stay deterministic and ascending whatever the thread count.
+struct Chunks {
+  int64_t count, step, work;
+  Chunks(int64_t work_, int64_t grain) : work(work_) {
+    const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+    count = std::max<int64_t>(1, std::min<int64_t>((work + grain - 1) / grain, threads * 4));
+    step = (work + count - 1) / count;
+    if (step == 0) step = 1;
+  }
+  int64_t lo(int64_t c) const { return std::min(work, c * step); }
+  int64_t hi(int64_t c) const { return std::min(work, (c + 1) * step); }
+  template <typename F>
+  void run(F f) const {
+    at::parallel_for(0, count, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) f(c, lo(c), hi(c));
+    });
+  }
+};
+
+// Exclusive prefix sum in place; returns the total.
+int64_t exclusive_scan(std::vector<int64_t>& v) {
+  int64_t acc = 0;
+  for (auto& x : v) {
+    const int64_t t = x;
+    x = acc;
+    acc += t;
+  }
+  return acc;
+}
+
+Family family_of(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  TORCH_CHECK(!a.empty() && a.size() == b.size() && a.size() <= static_cast<size_t>(zen::kMaxLevels),
+              "zen native: need 1..", zen::kMaxLevels, " hash levels, got ", a.size());
+  return zen::make_family(a, b);
+}
+
+// Calls f(Bits{}) with the unsigned integer type of the tensor's element width.
+template <typename F>
+auto with_bits(const Tensor& t, F f) {
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), "zen native: values must be floating point, got ",
+              t.scalar_type());
+  switch (t.element_size()) {
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    case 8: return f(uint64_t{});
+    default: TORCH_CHECK(false, "zen native: unsupported element size ", t.element_size());
+  }
+}
+
+template <typename F>
+auto with_index(const Tensor& t, F f) {
+  if (t.scalar_type() == at::kInt) return f(int32_t{});
+  TORCH_CHECK(t.scalar_type() == at::kLong, "zen native: indices must be int32 or int64, got ", t.scalar_type());
+  return f(int64_t{});
+}
+
+template <typename Bits>
+inline bool row_nonzero(const Bits* row, int64_t D, Bits mask) {
+  Bits acc = 0;
+  for (int64_t j = 0; j < D; ++j) acc |= row[j];
+  return (acc & mask) != 0;
+}
+
+Tensor as_rows(const Tensor& t) {
+  TORCH_CHECK(t.dim() == 2, "zen native: expected an (M, D) tensor, got ", t.dim(), " dims");
+  TORCH_CHECK(t.device().is_cpu(), "zen native (CPU): tensor is on ", t.device());
+  return t.contiguous();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Non-zero rows of a dense (M, D) block: ascending row ids (int64) and their rows, in ONE pass over the
+// dense data (the values are gathered while the cache line is hot). Equals
+// mask.nonzero() + index_select of LocalGrad.rows().
+
+std::tuple<Tensor, Tensor> nonzero_rows(const Tensor& dense_in) {
+  const Tensor dense = as_rows(dense_in);
+  const int64_t M = dense.size(0), D = dense.size(1);
+  return with_bits(dense, [&](auto tag) {
+    using Bits = decltype(tag);
+    const Bits* data = static_cast<const Bits*>(dense.data_ptr());
+    const Bits mask = zen::magnitude_mask<Bits>();
+    const Chunks chunks(M, std::max<int64_t>(1, (kGrain * 8) / std::max<int64_t>(D, 1)));
+    std::vector<std::vector<int64_t>> rows(chunks.count);
+    std::vector<std::vector<Bits>> vals(chunks.count);
+    chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+      auto& R = rows[c];
+      auto& V = vals[c];
+      if (D == 1) {
+        constexpr int kBlock = 64 / sizeof(Bits);  // one cache line: skip it if all zero
+        int64_t i = lo;
+        for (; i + kBlock <= hi; i += kBlock) {
+          Bits acc = 0;
+          for (int j = 0; j < kBlock; ++j) acc |= data[i + j];
+          if ((acc & mask) == 0) continue;
+          for (int j = 0; j < kBlock; ++j) {
+            if (data[i + j] & mask) {
+              R.push_back(i + j);
+              V.push_back(data[i + j]);
+            }
+          }
+        }
+        for (; i < hi; ++i) {
+          if (data[i] & mask) {
+            R.push_back(i);
+            V.push_back(data[i]);
+          }
+        }
+      } else {
+        for (int64_t r = lo; r < hi; ++r) {
+          const Bits* row = data + r * D;
+          if (row_nonzero(row, D, mask)) {
+            R.push_back(r);
+            V.insert(V.end(), row, row + D);
+          }
+        }
+      }
+    });
+    std::vector<int64_t> base(chunks.count);
+    for (int64_t c = 0; c < chunks.count; ++c) base[c] = static_cast<int64_t>(rows[c].size());
+    const int64_t k = exclusive_scan(base);
+    Tensor index = at::empty({k}, dense.options().dtype(at::kLong));
+    Tensor values = at::empty({k, D}, dense.options());
+    int64_t* iout = index.data_ptr<int64_t>();
+    Bits* vout = static_cast<Bits*>(values.data_ptr());
+    at::parallel_for(0, chunks.count, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        if (rows[c].empty()) continue;
+        std::memcpy(iout + base[c], rows[c].data(), rows[c].size() * sizeof(int64_t));
+        std::memcpy(vout + base[c] * D, vals[c].data(), vals[c].size() * sizeof(Bits));
+      }
+    });
+    return std::make_tuple(index, values);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Hierarchical hashing (Algorithm 1). Memory: n partitions, each r1 parallel slots followed by r2 serial
+// slots; a slot holds position + 1 (0 = empty, so index 0 is safe). Every index: p = h0(idx), then up to
+// k probes h_l(idx) in p's parallel region claimed by compare-and-swap, else an atomic append to p's
+// serial region, else (serial region full) an atomic append to a shared overflow list: never dropped.
+// Extraction walks each partition's slots, then its overflow entries. Returns (order, counts, serial):
+// positions into `index` grouped by partition (order inside a partition is free), rows per partition,
+// and how many rows missed all k probes.
+
+template <typename Idx>
+std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, const Family& f, int64_t r1,
+                                               int64_t r2) {
+  const int64_t nnz = index.numel();
+  const Idx* idx = index.data_ptr<Idx>();
+  const int64_t W = r1 + r2;
+  Tensor table_t = at::zeros({n * W}, index.options().dtype(at::kInt));
+  uint32_t* table = reinterpret_cast<uint32_t*>(table_t.data_ptr<int32_t>());
+  std::vector<uint64_t> serial_fill(n, 0);
+  uint64_t overflow_fill = 0;
+  const Chunks chunks(nnz, kGrain / 4);
+  std::vector<int64_t> hist(chunks.count * n, 0);
+  // Room for every row; its pages are only touched when a serial region fills up.
+  std::unique_ptr<uint32_t[]> spill(new uint32_t[nnz]);
+
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    int64_t* h = hist.data() + c * n;
+    for (int64_t i = lo; i < hi; ++i) {
+      const uint64_t x = static_cast<uint64_t>(idx[i]);
+      const uint32_t p = zen::partition_of(x, f, static_cast<uint32_t>(n));
+      ++h[p];
+      uint32_t* part = table + static_cast<int64_t>(p) * W;
+      const uint32_t tag = static_cast<uint32_t>(i + 1);
+      bool placed = false;
+      for (int l = 1; l < f.levels && !placed; ++l) {
+        uint32_t* slot = part + zen::reduce(zen::hash32(x, f, l), static_cast<uint64_t>(r1));
+        uint32_t expected = 0;
+        placed = __atomic_load_n(slot, __ATOMIC_RELAXED) == 0 &&
+                 __atomic_compare_exchange_n(slot, &expected, tag, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+      }
+      if (placed) continue;
+      const uint64_t t = __atomic_fetch_add(&serial_fill[p], 1, __ATOMIC_RELAXED);
+      if (t < static_cast<uint64_t>(r2)) {
+        part[r1 + t] = tag;
+      } else {
+        spill[__atomic_fetch_add(&overflow_fill, 1, __ATOMIC_RELAXED)] = static_cast<uint32_t>(i);
+      }
+    }
+  });
+
+  std::vector<int64_t> counts(n, 0);
+  for (int64_t c = 0; c < chunks.count; ++c)
+    for (int64_t p = 0; p < n; ++p) counts[p] += hist[c * n + p];
+  std::vector<int64_t> offsets(counts);
+  exclusive_scan(offsets);
+  int64_t serial = 0;
+  for (auto s : serial_fill) serial += static_cast<int64_t>(s);
+
+  // Overflow entries grouped by partition (counting sort; rare, only when a serial region is full).
+  std::vector<int64_t> spill_at(n + 1, 0);
+  std::vector<uint32_t> spilled(overflow_fill);
+  if (overflow_fill) {
+    std::vector<uint32_t> part_of(overflow_fill);
+    for (uint64_t o = 0; o < overflow_fill; ++o) {
+      part_of[o] = zen::partition_of(static_cast<uint64_t>(idx[spill[o]]), f, static_cast<uint32_t>(n));
+      ++spill_at[part_of[o] + 1];
+    }
+    for (int64_t p = 0; p < n; ++p) spill_at[p + 1] += spill_at[p];
+    std::vector<int64_t> cur(spill_at.begin(), spill_at.end() - 1);
+    for (uint64_t o = 0; o < overflow_fill; ++o) spilled[cur[part_of[o]]++] = spill[o];
+  }
+
+  Tensor order = at::empty({nnz}, index.options().dtype(at::kLong));
+  int64_t* out = order.data_ptr<int64_t>();
+  at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+    std::vector<int64_t> scratch(r1 + 1);
+    for (int64_t p = b; p < e; ++p) {
+      const uint32_t* part = table + p * W;
+      int64_t m = 0;
+      for (int64_t s = 0; s < r1; ++s) {  // branch-free compaction of the ~half-full parallel region
+        const uint32_t v = part[s];
+        scratch[m] = static_cast<int64_t>(v) - 1;
+        m += v != 0;
+      }
+      int64_t* dst = out + offsets[p];
+      std::memcpy(dst, scratch.data(), m * sizeof(int64_t));
+      const int64_t in_serial = std::min<int64_t>(static_cast<int64_t>(serial_fill[p]), r2);
+      for (int64_t t = 0; t < in_serial; ++t) dst[m++] = static_cast<int64_t>(part[r1 + t]) - 1;
+      for (int64_t o = spill_at[p]; o < spill_at[p + 1]; ++o) dst[m++] = spilled[o];
+      TORCH_CHECK(m == counts[p], "zen native: partition ", p, " lost rows (", m, " of ", counts[p], ")");
+    }
+  });
+  Tensor counts_t = at::empty({n}, at::kLong);
+  std::memcpy(counts_t.data_ptr<int64_t>(), counts.data(), n * sizeof(int64_t));
+  return std::make_tuple(order, counts_t, serial);
+}
+
+std::tuple<Tensor, Tensor, int64_t> hierarchical_hash(const Tensor& index_in, int64_t n, std::vector<int64_t> a,
+                                                      std::vector<int64_t> b, int64_t r1, int64_t r2) {
+  TORCH_CHECK(index_in.dim() == 1 && index_in.device().is_cpu(), "zen native: index must be a 1-D CPU tensor");
+  TORCH_CHECK(n >= 1 && r1 >= 1 && r2 >= 1, "zen native: need n, r1, r2 >= 1");
+  TORCH_CHECK(index_in.numel() < (int64_t{1} << 32) - 1, "zen native: too many indices for 32-bit slots");
+  const Family f = family_of(a, b);
+  const Tensor index = index_in.contiguous();
+  if (index.numel() == 0)
+    return std::make_tuple(at::empty({0}, index.options().dtype(at::kLong)), at::zeros({n}, at::kLong),
+                           int64_t{0});
+  return with_index(index, [&](auto tag) { return hash_impl<decltype(tag)>(index, n, f, r1, r2); });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// S_j for all servers: rows 0..M-1 grouped by h0, ascending inside each group (a stable counting sort,
+// identical to the reference's stable sort). Returns (members, offsets[n + 1]).
+
+template <typename Idx>
+Tensor server_rows_impl(int64_t M, int64_t n, const Family& f, std::vector<int64_t>& offsets) {
+  const Chunks chunks(M, kGrain * 4);
+  std::vector<int64_t> hist(chunks.count * n, 0);
+  const uint32_t un = static_cast<uint32_t>(n);
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    int64_t* h = hist.data() + c * n;
+    for (int64_t x = lo; x < hi; ++x) ++h[zen::partition_of(static_cast<uint64_t>(x), f, un)];
+  });
+  // base of (chunk c, partition p) = rows of partitions < p + rows of p in chunks < c (partition-major)
+  std::vector<int64_t> base(chunks.count * n);
+  int64_t acc = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    offsets[p] = acc;
+    for (int64_t c = 0; c < chunks.count; ++c) {
+      base[c * n + p] = acc;
+      acc += hist[c * n + p];
+    }
+  }
+  offsets[n] = acc;
+  Tensor members = at::empty({M}, at::TensorOptions().dtype(c10::CppTypeToScalarType<Idx>::value));
+  Idx* out = members.data_ptr<Idx>();
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    int64_t* cur = base.data() + c * n;
+    for (int64_t x = lo; x < hi; ++x) out[cur[zen::partition_of(static_cast<uint64_t>(x), f, un)]++] = static_cast<Idx>(x);
+  });
+  return members;
+}
+
+std::tuple<Tensor, Tensor> server_rows(int64_t num_rows, int64_t n, std::vector<int64_t> a, std::vector<int64_t> b,
+                                       bool wide) {
+  TORCH_CHECK(num_rows >= 0 && num_rows < (int64_t{1} << 32), "zen native: need 0 <= num_rows < 2^32");
+  TORCH_CHECK(n >= 1, "zen native: need n >= 1");
+  TORCH_CHECK(wide || num_rows < (int64_t{1} << 31), "zen native: int32 members need num_rows < 2^31");
+  const Family f = family_of(a, b);
+  std::vector<int64_t> offsets(n + 1, 0);
+  Tensor members = wide ? server_rows_impl<int64_t>(num_rows, n, f, offsets)
+                        : server_rows_impl<int32_t>(num_rows, n, f, offsets);
+  Tensor off = at::empty({n + 1}, at::kLong);
+  std::memcpy(off.data_ptr<int64_t>(), offsets.data(), (n + 1) * sizeof(int64_t));
+  return std::make_tuple(members, off);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Hash bitmap (Algorithm 2). Bit t (little-endian inside each byte) says whether row members[t] of the
+// server's aggregated block is non-zero; the values of the set bits follow in order.
+
+// Set bits of payload byte B, ignoring bits at positions >= L.
+inline int popcount_byte(const uint8_t* bytes, int64_t B, int64_t L) {
+  uint32_t v = bytes[B];
+  const int64_t valid = L - B * 8;
+  if (valid < 8) v &= (1u << valid) - 1u;
+  return __builtin_popcount(v);
+}
+
+std::vector<int64_t> bitmap_chunk_bases(const uint8_t* bytes, const Chunks& chunks, int64_t L, int64_t* total) {
+  std::vector<int64_t> base(chunks.count, 0);
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    int64_t s = 0;
+    for (int64_t B = lo; B < hi; ++B) s += popcount_byte(bytes, B, L);
+    base[c] = s;
+  });
+  *total = exclusive_scan(base);
+  return base;
+}
+
+// Calls visit(t, rank) for every set bit t < L of bytes [lo, hi), rank counting from `rank`.
+template <typename F>
+inline void for_set_bits(const uint8_t* bytes, int64_t lo, int64_t hi, int64_t L, int64_t rank, F visit) {
+  for (int64_t B = lo; B < hi; ++B) {
+    uint32_t v = bytes[B];
+    const int64_t valid = L - B * 8;
+    if (valid < 8) v &= (1u << valid) - 1u;
+    while (v) {
+      visit(B * 8 + __builtin_ctz(v), rank++);
+      v &= v - 1;
+    }
+  }
+}
+
+std::tuple<Tensor, Tensor> encode_hash_bitmap(const Tensor& out_in, const Tensor& members_in) {
+  const Tensor out = as_rows(out_in);
+  const Tensor members = members_in.contiguous();
+  TORCH_CHECK(members.dim() == 1, "zen native: members must be 1-D");
+  const int64_t L = members.numel(), D = out.size(1), nbytes = (L + 7) / 8;
+  Tensor payload = at::empty({nbytes}, out.options().dtype(at::kByte));
+  uint8_t* bytes = payload.data_ptr<uint8_t>();
+  return with_bits(out, [&](auto btag) {
+    using Bits = decltype(btag);
+    return with_index(members, [&](auto itag) {
+      using Idx = decltype(itag);
+      const Bits* data = static_cast<const Bits*>(out.data_ptr());
+      const Idx* rows = members.data_ptr<Idx>();
+      const Bits mask = zen::magnitude_mask<Bits>();
+      const Chunks chunks(nbytes, std::max<int64_t>(1, kGrain / 8 / std::max<int64_t>(D, 1)));
+      chunks.run([&](int64_t, int64_t lo, int64_t hi) {
+        for (int64_t B = lo; B < hi; ++B) {
+          uint32_t v = 0;
+          const int64_t end = std::min<int64_t>(8, L - B * 8);
+          for (int64_t j = 0; j < end; ++j)
+            v |= static_cast<uint32_t>(row_nonzero(data + static_cast<int64_t>(rows[B * 8 + j]) * D, D, mask)) << j;
+          bytes[B] = static_cast<uint8_t>(v);
+        }
+      });
+      int64_t total = 0;
+      const std::vector<int64_t> base = bitmap_chunk_bases(bytes, chunks, L, &total);
+      Tensor values = at::empty({total, D}, out.options());
+      Bits* vout = static_cast<Bits*>(values.data_ptr());
+      chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+        for_set_bits(bytes, lo, hi, L, base[c], [&](int64_t t, int64_t r) {
+          std::memcpy(vout + r * D, data + static_cast<int64_t>(rows[t]) * D, D * sizeof(Bits));
+        });
+      });
+      return std::make_tuple(payload, values);
+    });
+  });
+}
+
+void check_payload(const Tensor& payload, int64_t L) {
+  TORCH_CHECK(payload.scalar_type() == at::kByte && payload.dim() == 1, "zen native: payload must be 1-D uint8");
+  TORCH_CHECK(payload.numel() == (L + 7) / 8, "zen native: hash bitmap of ", payload.numel(),
+              " bytes does not match a server with ", L, " rows");
+}
+
+// Row ids of the received values: members[t] for every set bit t, in order.
+Tensor decode_hash_bitmap(const Tensor& payload_in, const Tensor& members_in) {
+  const Tensor payload = payload_in.contiguous();
+  const Tensor members = members_in.contiguous();
+  const int64_t L = members.numel();
+  check_payload(payload, L);
+  const uint8_t* bytes = payload.data_ptr<uint8_t>();
+  const Chunks chunks(payload.numel(), kGrain);
+  int64_t total = 0;
+  const std::vector<int64_t> base = bitmap_chunk_bases(bytes, chunks, L, &total);
+  Tensor ids = at::empty({total}, members.options());
+  with_index(members, [&](auto itag) {
+    using Idx = decltype(itag);
+    const Idx* rows = members.data_ptr<Idx>();
+    Idx* dst = ids.data_ptr<Idx>();
+    chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+      for_set_bits(bytes, lo, hi, L, base[c], [&](int64_t t, int64_t r) { dst[r] = rows[t]; });
+    });
+    return 0;
+  });
+  return ids;
+}
+
+// Decode + scatter in one pass: out[members[t]] = values[rank of t] (put_rows without materialising ids).
+void scatter_hash_bitmap(Tensor& out, const Tensor& payload_in, const Tensor& members_in, const Tensor& values_in) {
+  TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.device().is_cpu(),
+              "zen native: out must be a contiguous (M, D) CPU tensor");
+  const Tensor payload = payload_in.contiguous();
+  const Tensor members = members_in.contiguous();
+  const Tensor values = values_in.contiguous();
+  const int64_t L = members.numel(), D = out.size(1);
+  check_payload(payload, L);
+  TORCH_CHECK(values.scalar_type() == out.scalar_type(), "zen native: values dtype ", values.scalar_type(),
+              " != out dtype ", out.scalar_type());
+  const uint8_t* bytes = payload.data_ptr<uint8_t>();
+  const Chunks chunks(payload.numel(), std::max<int64_t>(1, kGrain / std::max<int64_t>(D, 1)));
+  int64_t total = 0;
+  const std::vector<int64_t> base = bitmap_chunk_bases(bytes, chunks, L, &total);
+  TORCH_CHECK(values.numel() == total * D, "zen native: ", values.numel(), " values for ", total, " rows of width ",
+              D);
+  with_bits(out, [&](auto btag) {
+    using Bits = decltype(btag);
+    return with_index(members, [&](auto itag) {
+      using Idx = decltype(itag);
+      const Idx* rows = members.data_ptr<Idx>();
+      const Bits* src = static_cast<const Bits*>(values.data_ptr());
+      Bits* dst = static_cast<Bits*>(out.data_ptr());
+      chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+        for_set_bits(bytes, lo, hi, L, base[c], [&](int64_t t, int64_t r) {
+          std::memcpy(dst + static_cast<int64_t>(rows[t]) * D, src + r * D, D * sizeof(Bits));
+        });
+      });
+      return 0;
+    });
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Zen native CPU kernels";
+  m.def("nonzero_rows", &nonzero_rows, "ascending non-zero row ids (int64) and their rows");
+  m.def("hierarchical_hash", &hierarchical_hash, "Algorithm 1: (order, counts, serial)");
+  m.def("server_rows", &server_rows, "S_j of every server: (members, offsets)");
+  m.def("encode_hash_bitmap", &encode_hash_bitmap, "Algorithm 2 encode: (payload, values)");
+  m.def("decode_hash_bitmap", &decode_hash_bitmap, "row ids of the set bits");
+  m.def("scatter_hash_bitmap", &scatter_hash_bitmap, "out[members[set bits]] = values");
+}
