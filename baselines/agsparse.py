@@ -11,7 +11,8 @@ import torch
 from zen.comm.base import Communicator
 from zen.registry import register_scheme
 from zen.rows import add_rows, concat
-from zen.types import LocalGrad, SyncStats
+from zen.prediction import count_meta
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
 @register_scheme("agsparse")
@@ -25,3 +26,10 @@ class AllGatherSparse:
         gathered = comm.all_gather_v((index.to(grad.index_dtype()), values), phase="gather")
         out.zero_()
         add_rows(out, concat([g[0] for g in gathered]), concat([g[1] for g in gathered]))
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        P = layout.world_size
+        if P == 1:
+            return [{}]
+        total = sum(int(s.numel()) for s in sets)
+        return [{"gather": (total - int(s.numel())) * layout.coo_row, "meta": count_meta(P, 2)} for s in sets]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from zen.comm.base import Communicator
+from zen.comm.base import Communicator, ring_chunk
 from zen.registry import register_scheme
 from zen.rows import put_rows
-from zen.types import LocalGrad, SyncStats
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
 @register_scheme("allreduce")
@@ -26,3 +26,9 @@ class DenseAllReduce:
             out.zero_()
             put_rows(out, index, values)
         comm.all_reduce(out, phase="allreduce")
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        P, numel = layout.world_size, layout.rows * layout.width
+        if P == 1:
+            return [{}]
+        return [{"allreduce": 2 * (numel - ring_chunk(numel, P, r)) * layout.value_bytes} for r in range(P)]

@@ -69,7 +69,7 @@ def coo_case(rank: int, P: int, dtype: torch.dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(rank + 41)
     rows = torch.cat([torch.tensor([0, 0, 60]), torch.randint(0, 61, (9,), generator=g)])
     values = torch.randn(rows.numel(), 5, generator=g, dtype=torch.float64).to(dtype)
-    return torch.sparse_coo_tensor(rows.view(1, -1), values, (61, 5))
+    return torch.sparse_coo_tensor(rows.view(1, -1), values, (61, 5), check_invariants=True)
 
 
 CASES: dict[str, Case] = {

@@ -98,7 +98,7 @@ def test_zen_done_criteria_small() -> None:
         table = {r["scheme"]: r for r in rows(cfg, run_sim(cfg))}
         z = table["zen"]
         M, n, d = cfg.numel, cfg.world_size, cfg.density
-        w = costmodel.Workload(n=n, rows=M, density=d, gamma=lambda m, u=z["union_density"]: u / d)
+        w = costmodel.Workload(n=n, rows=M, density=d, gamma=lambda m, g=z["union_density"] / d: g)
         formula = costmodel.bp(w).bytes_received
         assert z["choice"] == "bp"
         assert z["bytes_received_max"] <= 1.10 * formula

@@ -180,9 +180,10 @@ def train_run(cfg: TrainConfig, scheme: str, device: torch.device) -> dict[str, 
     work = build_workload(cfg.workload, cfg.preset, cfg.seed)
     model = work.model.to(device)
     sparse = _sparse_params(model, work)
+    unused = _unused_parameters(model, work, cfg.seed, device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                   bucket_cap_mb=cfg.bucket_cap_mb,
-                                  find_unused_parameters=cfg.find_unused_parameters)
+                                  find_unused_parameters=cfg.find_unused_parameters or bool(unused))
     state, router, clock = _register_hook(ddp, scheme, sparse, cfg.validate, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=work.lr)
     torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)  # per-rank dropout streams, same for every scheme
@@ -208,7 +209,7 @@ def train_run(cfg: TrainConfig, scheme: str, device: torch.device) -> dict[str, 
         _record_traffic(rec, scheme, state, router)
     layouts = sorted({str(p.grad.layout) for p in sparse if p.grad is not None})
     return {"scheme": scheme, "records": rec, "embedding_grad_layout": layouts,
-            "workload": _describe(work, model, sparse)}
+            "workload": {**_describe(work, model, sparse), "unused_parameters": unused}}
 
 
 Hooked = tuple[ZenHookState | None, EmbeddingRouter | None, HookClock | None]
@@ -252,6 +253,20 @@ def _sparse_params(model: nn.Module, work: Workload) -> list[nn.Parameter]:
     if not all(p.is_contiguous() for p in params):
         raise ValueError(f"workload {work.name!r}: embedding parameters must be contiguous")
     return params
+
+
+def _unused_parameters(model: nn.Module, work: Workload, seed: int, device: torch.device) -> list[str]:
+    """Parameters one local step leaves without a gradient (DDP then needs find_unused_parameters).
+
+    The probe batch comes from an iterator of its own, so the training stream is untouched."""
+    batch = _to_device(next(work.batches(0, 1, seed)), device)
+    work.loss(model, batch).backward()
+    unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    model.zero_grad(set_to_none=True)
+    if unused:
+        log.warning("%s: parameters without gradient %s; DDP will look for unused parameters",
+                    work.name, unused)
+    return unused
 
 
 def _describe(work: Workload, model: nn.Module, sparse: list[nn.Parameter]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from zen.comm.base import Communicator
 from zen.hashing import HashFamily, hierarchical_hash, server_rows
 from zen.registry import register_scheme
 from zen.rows import add_rows, concat, put_rows
-from zen.types import LocalGrad, SyncStats
+from zen.prediction import count_meta
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
 @register_scheme("zen-bp")
@@ -63,3 +64,23 @@ class BalancedParallelism:
         for j, (payload, values) in enumerate(comm.all_gather_v(message, phase="pull")):
             if j != r:
                 put_rows(out, decode(payload, members[offsets[j] : offsets[j + 1]]), values)
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        """push_r = sum_{i != r} |I_i ∩ S_r| coo_row; pull_r = sum_{j != r} payload_j (section 4)."""
+        P, M = layout.world_size, layout.rows
+        if P == 1:
+            return [{}]
+        family = HashFamily.from_seed(layout.seed, self.k)
+        sent = torch.stack([torch.bincount(family.h0(s, P), minlength=P) for s in sets])  # [i, j]
+        union = torch.bincount(family.h0(torch.unique(torch.cat(sets)), P), minlength=P).tolist()
+        _, offsets = server_rows(M, P, family, torch.device("cpu"))
+        owned = [offsets[j + 1] - offsets[j] for j in range(P)]
+        values = [u * layout.width * layout.value_bytes for u in union]
+        payload = {
+            "hash_bitmap": [-(-owned[j] // 8) + values[j] for j in range(P)],
+            "coo": [union[j] * layout.coo_row for j in range(P)],
+            "bitmap": [-(-M // 8) + values[j] for j in range(P)],
+        }[self.pull]
+        pushed_to = sent.sum(0).tolist()
+        return [{"push": (pushed_to[r] - int(sent[r, r])) * layout.coo_row,
+                 "pull": sum(payload) - payload[r], "meta": 2 * count_meta(P, 2)} for r in range(P)]

@@ -13,7 +13,8 @@ import torch
 from zen.comm.base import Communicator
 from zen.registry import register_scheme
 from zen.rows import add_rows, put_rows
-from zen.types import LocalGrad, SyncStats
+from zen.prediction import COUNT_BYTES
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
 def fold_layout(world_size: int) -> tuple[int, int]:
@@ -67,3 +68,31 @@ class HierarchicalCentralization:
                got_val: torch.Tensor) -> torch.Tensor:
         add_rows(out, got_idx, got_val)
         return torch.unique(torch.cat([current, got_idx.long()]), sorted=True)
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        """Replays the rounds on the index sets: each receive is the sender's current union."""
+        P = layout.world_size
+        p2, extra = fold_layout(P)
+        meta = 2 * COUNT_BYTES  # row counts of (indices, values) ahead of every received message
+        cur = [torch.unique(s) for s in sets]
+        got: list[PhaseBytes] = [{} for _ in range(P)]
+
+        def receive(r: int, phase: str, rows: int) -> None:
+            got[r][phase] = got[r].get(phase, 0) + rows * layout.coo_row
+            got[r]["meta"] = got[r].get("meta", 0) + meta
+
+        for r in range(1, 2 * extra, 2):
+            receive(r, "fold", int(cur[r - 1].numel()))
+            cur[r] = torch.unique(torch.cat([cur[r], cur[r - 1]]))
+        active = [2 * v + 1 if v < extra else v + extra for v in range(p2)]
+        for level in range(p2.bit_length() - 1):
+            nxt = {}
+            for v, r in enumerate(active):
+                peer = active[v ^ (1 << level)]
+                receive(r, "reduce", int(cur[peer].numel()))
+                nxt[r] = torch.unique(torch.cat([cur[r], cur[peer]]))
+            for r, merged in nxt.items():
+                cur[r] = merged
+        for r in range(0, 2 * extra, 2):
+            receive(r, "unfold", int(cur[r + 1].numel()))
+        return got

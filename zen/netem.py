@@ -18,7 +18,8 @@ How (the recipe of ../shared/spec/environment.md):
   concurrent runs, and nothing survives the launcher, even when it is SIGKILLed. On exit (normal,
   exception, Ctrl-C, or SIGTERM, which is turned into SystemExit meanwhile) every process still in
   these namespaces is killed, then the holders; the kernel then frees the namespaces and their links.
-  Ranks join with `nsenter -t <holder> -n` (see `ClusterSpec.wrap`).
+  Ranks join with `nsenter -t <holder> -n` (`ClusterSpec.wrap`); so can tools, e.g.
+  `subprocess.run([*spec.wrap(0), "tc", "-s", "qdisc"])`, and `ClusterSpec.link_bytes` reads the shapers.
 
 Privileges: namespaces need CAP_SYS_ADMIN and links/tc need CAP_NET_ADMIN. As root the namespaces are
 created directly. Otherwise the switch holder is started with `unshare -U -r -n`: an unprivileged user
@@ -27,10 +28,12 @@ ranks enter it with `nsenter -U --preserve-credentials` (files they write stay o
 Where neither works, `NetemError` says what is missing (root or user namespaces; `ip`, `tc`,
 `nsenter`, `unshare`, `setpriv`).
 
-Measured accuracy here (2 cores, MTU 65535; `python scripts/netem_check.py`, gloo dense all_reduce of
-float32, median of 5, over the ring bound 2(n-1)/n * S/B):
-    1 Gbit/s, 2 ranks:  10 MB 1.06x, 100 MB 1.01x
-    1 Gbit/s, 4 ranks:  10 MB 1.06x, 100 MB 1.01x
+Measured accuracy here (2 cores shared with other jobs, load 8-12; MTU 65535; `python
+scripts/netem_check.py --iters 7`: gloo dense all_reduce of float32, median time (max over ranks) over
+the ring bound 2(n-1)/n * S/B, S in 1e6 bytes; two runs):
+    1 Gbit/s   2 ranks:  10 MB 1.02-1.04x   100 MB 1.00x
+    1 Gbit/s   4 ranks:  10 MB 1.03-1.05x   100 MB 1.01-1.02x  (user namespace: 1.03x, 1.01x)
+    2.5 Gbit/s 2 ranks: 100 MB 1.02x;  4 ranks: 100 MB 1.08x
 Keep per-link rates <= ~2 Gbit/s and messages >= 10 MB for clean timings: the shaper and the ranks
 share the CPUs, and small collectives cost 0.5-25 ms in software.
 """
@@ -155,8 +158,10 @@ def emulated_cluster(world_size: int, rate: str | float, mtu: int = MAX_MTU,
         yield spec
     finally:
         guard.deferring = True
-        _teardown(spec)
-        guard.restore()
+        try:
+            _teardown(spec)
+        finally:
+            guard.restore()
 
 
 def _enter(pid: int, userns: bool, net: bool) -> list[str]:

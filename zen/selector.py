@@ -10,7 +10,7 @@ from zen.bp import BalancedParallelism
 from zen.comm.base import Communicator
 from zen.hc import HierarchicalCentralization
 from zen.registry import register_scheme
-from zen.types import LocalGrad, SyncStats
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
 @register_scheme("zen")
@@ -51,17 +51,28 @@ class ZenAuto:
     def _decide(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> str:
         mine = torch.tensor([stats.nnz, stats.server_count or 0], dtype=torch.int64, device=comm.device)
         table = comm.all_gather_fixed(mine).cpu()
-        n = comm.world_size
+        layout = WireLayout(comm.world_size, grad.num_rows, grad.row_width, grad.dtype.itemsize,
+                            grad.index_dtype().itemsize)
         mean_nnz = float(table[:, 0].double().mean())
-        union = float(table[:, 1].sum())
+        union = int(table[:, 1].sum())
+        stats.extra["gamma_n"] = union / mean_nnz if mean_nnz else 1.0
+        return self.decide(layout, mean_nnz, union)
+
+    def decide(self, layout: WireLayout, mean_nnz: float, union: int) -> str:
+        """BP or HC from the measured mean non-zero rows per rank and the union size."""
         if mean_nnz == 0:
             return "bp"
+        n = layout.world_size
         workload = costmodel.Workload(
-            n=n, rows=grad.num_rows, density=mean_nnz / grad.num_rows,
-            gamma=costmodel.gamma_from_union(n, union / mean_nnz), width=grad.row_width,
-            value_bytes=torch.empty(0, dtype=grad.dtype).element_size(),
-            index_bytes=torch.empty(0, dtype=grad.index_dtype()).element_size(),
+            n=n, rows=layout.rows, density=mean_nnz / layout.rows,
+            gamma=costmodel.gamma_from_union(n, union / mean_nnz), width=layout.width,
+            value_bytes=layout.value_bytes, index_bytes=layout.index_bytes,
         )
-        choice = costmodel.choose_bp_or_hc(workload, self.net, self.bp.pull)
-        stats.extra["gamma_n"] = union / mean_nnz
-        return choice
+        return costmodel.choose_bp_or_hc(workload, self.net, self.bp.pull)
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        """Steady state: the path the selector picks from these sets' statistics."""
+        mean_nnz = sum(int(s.numel()) for s in sets) / len(sets)
+        union = int(torch.unique(torch.cat(sets)).numel())
+        choice = self.forced or self.decide(layout, mean_nnz, union)
+        return (self.bp if choice == "bp" else self.hc).predict(sets, layout)

@@ -96,9 +96,32 @@ class LocalGrad:
         return torch.int32 if self.num_rows < 2**31 else torch.int64
 
 
+@dataclass(frozen=True)
+class WireLayout:
+    """What a traffic prediction needs besides the index sets: sizes on the wire and the hash seed."""
+
+    world_size: int
+    rows: int
+    width: int = 1
+    value_bytes: int = 4
+    index_bytes: int = 4
+    seed: int = 0
+
+    @property
+    def coo_row(self) -> int:
+        return self.index_bytes + self.width * self.value_bytes
+
+
+PhaseBytes = dict[str, int]
+
+
 class Scheme(Protocol):
-    """A synchronization scheme: writes the dense sum over ranks into `out` (M, D) on every rank."""
+    """A synchronization scheme: writes the dense sum over ranks into `out` (M, D) on every rank, and
+    predicts, from the ranks' non-zero row sets, the bytes each rank will receive per phase."""
 
     name: str
+    sparse_input: bool
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None: ...
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]: ...

@@ -65,12 +65,11 @@ template <typename F>
 auto with_bits(const Tensor& t, F f) {
   TORCH_CHECK(at::isFloatingType(t.scalar_type()), "zen native: values must be floating point, got ",
               t.scalar_type());
-  switch (t.element_size()) {
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
-    default: TORCH_CHECK(false, "zen native: unsupported element size ", t.element_size());
-  }
+  const auto size = t.element_size();
+  TORCH_CHECK(size == 2 || size == 4 || size == 8, "zen native: unsupported element size ", size);
+  if (size == 2) return f(uint16_t{});
+  if (size == 4) return f(uint32_t{});
+  return f(uint64_t{});
 }
 
 template <typename F>

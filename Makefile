@@ -1,0 +1,37 @@
+# `make` sets up the virtual environment and runs the main job (the Snakemake pipeline on the CPU
+# default config); `make test` sets up and runs the tests. Nothing needs to be preinstalled but python3.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.zen-installed
+CORES ?= all
+export XDG_CACHE_HOME ?= $(CURDIR)/.cache
+export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
+export WANDB_MODE ?= offline
+export HF_HUB_OFFLINE := 1
+
+.PHONY: all setup run test lint clean
+
+all: run
+
+$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --no-deps -r requirements.lock
+	$(PY) -m pip install -q --no-deps -r requirements-workloads.txt
+	$(PY) -m pip install -q --no-deps -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/snakemake --cores $(CORES) --configfile workflow/config/default.yaml
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf results/* .snakemake build
