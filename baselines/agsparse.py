@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator
+from zen.prediction import count_meta
 from zen.registry import register_scheme
 from zen.rows import add_rows, concat
-from zen.prediction import count_meta
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 

@@ -29,17 +29,23 @@ push and pull, no min-next-offset flow control), per-column streams (OmniReduce 
 columns per aggregator and sends each column's first block even if zero; here one column per
 (worker, aggregator) pair, announced by one 4-byte word), and dedicated aggregator hosts (only the
 colocated deployment). `stats.push_counts` and `stats.server_count` count blocks, not rows.
+`predict` evaluates the byte formulas on row sets, taking every element of a non-zero row as non-zero.
 """
 
 from __future__ import annotations
 
 import torch
 
-from baselines.sparse_ps import even_bounds
+from baselines.sparse_ps import even_bounds, owner_traffic, range_counts
 from zen.comm.base import Communicator
 from zen.registry import register_scheme
 from zen.rows import concat, put_rows
-from zen.types import LocalGrad, SyncStats
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+
+
+def block_id_dtype(num_blocks: int) -> torch.dtype:
+    """Dtype of the offset words: int32 whenever it can hold every block id and the end bound."""
+    return torch.int32 if num_blocks < 2**31 else torch.int64
 
 
 @register_scheme("omnireduce")
@@ -59,17 +65,15 @@ class OmniReduce:
         flat = out.view(-1)
         num_blocks = -(-flat.numel() // self.block_size)
         bounds = even_bounds(num_blocks, P)
-        id_dtype = torch.int32 if num_blocks < 2**31 else torch.int64
+        id_dtype = block_id_dtype(num_blocks)
         index, values = grad.rows()
         stats.nnz = int(index.numel())
-        blocks = self._nonzero_blocks(index, values)
-        cuts = torch.searchsorted(blocks, torch.tensor(bounds, device=blocks.device)).tolist()
-        stats.push_counts = [cuts[j + 1] - cuts[j] for j in range(P)]
+        blocks = self._nonzero_blocks(index, values != 0)
+        stats.push_counts = range_counts(blocks, bounds)
         out.zero_()
         put_rows(out, index, values)
-        messages = [
-            self._column(flat, blocks[cuts[j] : cuts[j + 1]], bounds[j + 1], id_dtype) for j in range(P)
-        ]
+        columns = blocks.split(stats.push_counts)
+        messages = [self._column(flat, columns[j], bounds[j + 1], id_dtype) for j in range(P)]
         received = comm.all_to_all_v(messages, phase="push")
         out.zero_()
         ids = [words[:-1] for words, _ in received]
@@ -82,11 +86,33 @@ class OmniReduce:
             if j != r:
                 flat.index_copy_(0, self._elements(words[:-1], flat.numel()), payload)
 
-    def _nonzero_blocks(self, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Ascending ids of the blocks holding a non-zero element (rows come sorted, so ids do too)."""
-        width = values.shape[1]
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        """The module's formulas, with K_i the blocks the rows of set i cover and U their union."""
+        P = layout.world_size
+        if P == 1:
+            return [{}]
+        numel = layout.rows * layout.width
+        bounds = even_bounds(-(-numel // self.block_size), P)
+        blocks = [self._nonzero_blocks(s, torch.ones(1, 1, dtype=torch.bool).expand(len(s), layout.width))
+                  for s in sets]
+        union = torch.unique(torch.cat(blocks))
+        push = [self._column_bytes(k, bounds, numel, layout.value_bytes) for k in blocks]
+        return owner_traffic(push, self._column_bytes(union, bounds, numel, layout.value_bytes))
+
+    def _column_bytes(self, ids: torch.Tensor, bounds: list[int], numel: int, value_bytes: int) -> list[int]:
+        """msg(K ∩ R_j) for each owner j, K the ascending block ids `ids` (the sizes `_column` produces)."""
+        word = block_id_dtype(bounds[-1]).itemsize
+        sizes = [(c + 1) * word + c * self.block_size * value_bytes if c else 0 for c in range_counts(ids, bounds)]
+        if ids.numel() and int(ids[-1]) == bounds[-1] - 1:  # the last block is cut at numel
+            sizes[-1] -= (bounds[-1] * self.block_size - numel) * value_bytes
+        return sizes
+
+    def _nonzero_blocks(self, index: torch.Tensor, nonzero: torch.Tensor) -> torch.Tensor:
+        """Ascending ids of the blocks holding a non-zero element, `nonzero` (k, D) marking them within the
+        rows `index` (rows come sorted, so ids do too)."""
+        width = nonzero.shape[1]
         columns = torch.arange(width, device=index.device)
-        elements = (index.unsqueeze(1) * width + columns)[values != 0]
+        elements = (index.unsqueeze(1) * width + columns)[nonzero]
         return torch.unique_consecutive(elements // self.block_size)
 
     def _elements(self, ids: torch.Tensor, numel: int) -> torch.Tensor:

@@ -20,7 +20,8 @@ back (phase "unfold").
 - auto (default): DSAR when the result is expected to be dense, U (s_i + D s_v) > M D s_v with U
   estimated as M (1 - prod_i (1 - k_i / M)), the union of independent uniform supports; otherwise
   recursive doubling when the largest input stream is at most `small_bytes`, split-allgather above.
-  The k_i come from one all-gather of 8 bytes per rank (phase "meta"), so all ranks choose alike.
+  The k_i come from one all-gather of 8 bytes per rank (phase "meta"), so all ranks choose alike,
+  and `predict` makes the same choice from the sizes of the index sets.
 
 Bytes a rank receives, with |S| = k (s_i + D s_v) for a sparse stream of k rows and n D s_v for a
 dense one, X_v the stream of vrank v after the fold, n_v the length of range v (payload only; each
@@ -32,6 +33,7 @@ message also brings 8 bytes of counts per tensor under "meta", one tensor pair p
 - reduce_scatter: sum over u != v of |X_u cut to range v|.
 - allgather: ssar sum over j != v of |reduced slice j|; dsar (M - n_v) D s_v. With identical
   supports (no switch): reduce_scatter + allgather = ((p' - 1) k_v + k - k_v) (s_i + D s_v).
+`predict` replays the variant on the index sets (`Replay`): the switch depends on row counts only.
 
 Faithful: the stream format and the dense switch (also applied when a stream is built or cut, so a
 full input starts dense), the fold, each variant's message pattern and byte counts, sums in the
@@ -45,17 +47,37 @@ forwards, so every rank ends bit-identical.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
+from functools import reduce
 
 import torch
 
+from baselines.sparse_ps import even_bounds
 from zen.comm.base import Communicator, Message
 from zen.hc import fold_layout
+from zen.prediction import COUNT_BYTES
 from zen.registry import register_scheme
 from zen.rows import add_rows, put_rows
-from zen.types import LocalGrad, SyncStats, ZenInputError
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 VARIANTS = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather")
+
+
+def dense_switch(layout: WireLayout, nnz: int, n: int) -> bool:
+    """SparCML's dense switch: nnz of n rows cost at least as much sparse as dense."""
+    return nnz * layout.coo_row >= n * layout.width * layout.value_bytes
+
+
+def split_ranges(rows: int, parts: int) -> list[tuple[int, int]]:
+    """(lo, n) of the p' even contiguous ranges the split variants cut [0, M) into."""
+    b = even_bounds(rows, parts)
+    return [(b[j], b[j + 1] - b[j]) for j in range(parts)]
+
+
+def real_rank(vrank: int, extra: int) -> int:
+    """Real rank of a virtual rank after the fold."""
+    return 2 * vrank + 1 if vrank < extra else vrank + extra
 
 
 @dataclass
@@ -76,21 +98,16 @@ class Stream:
 class StreamOps:
     """Stream arithmetic and wire format for one gradient's shape and dtypes."""
 
-    width: int
+    layout: WireLayout
     index_dtype: torch.dtype
     values_like: torch.Tensor  # (0, D) in the value dtype
 
     @property
-    def s_i(self) -> int:
-        return torch.empty(0, dtype=self.index_dtype).element_size()
-
-    @property
-    def s_v(self) -> int:
-        return self.values_like.element_size()
+    def width(self) -> int:
+        return self.layout.width
 
     def switch(self, nnz: int, n: int) -> bool:
-        """SparCML's dense switch: the sparse form costs at least the dense one."""
-        return nnz * (self.s_i + self.width * self.s_v) >= n * self.width * self.s_v
+        return dense_switch(self.layout, nnz, n)
 
     def make(self, lo: int, n: int, index: torch.Tensor, values: torch.Tensor) -> Stream:
         if n and self.switch(int(index.numel()), n):
@@ -157,13 +174,84 @@ class StreamOps:
             put_rows(out, s.index, s.values)
 
 
-def choose_variant(counts: list[int], rows: int, ops: StreamOps, small_bytes: int) -> str:
-    """The paper's selection, from quantities every rank shares (the all-gathered k_i, and M)."""
-    row = ops.s_i + ops.width * ops.s_v
-    miss = math.prod(1.0 - k / rows for k in counts) if rows else 1.0
-    if (1.0 - miss) * row > ops.width * ops.s_v:
+def choose_variant(counts: list[int], layout: WireLayout, small_bytes: int) -> str:
+    """The paper's selection, from quantities every rank shares (the all-gathered k_i, M and the sizes)."""
+    row, M = layout.coo_row, layout.rows
+    miss = math.prod(1.0 - k / M for k in counts) if M else 1.0
+    if (1.0 - miss) * row > layout.width * layout.value_bytes:
         return "dsar_split_allgather"
     return "ssar_recursive_double" if max(counts) * row <= small_bytes else "ssar_split_allgather"
+
+
+@dataclass(frozen=True)
+class Support:
+    """What a stream's bytes depend on: its range, its row ids (ascending) and whether it is dense."""
+
+    lo: int
+    n: int
+    rows: torch.Tensor
+    dense: bool
+
+
+class Replay:
+    """The variants replayed on index sets (StreamOps' switch on row counts), tallying received bytes."""
+
+    def __init__(self, layout: WireLayout):
+        self.layout = layout
+        self.got: list[PhaseBytes] = [defaultdict(int) for _ in range(layout.world_size)]
+
+    def make(self, lo: int, n: int, rows: torch.Tensor) -> Support:
+        return Support(lo, n, rows, n > 0 and dense_switch(self.layout, int(rows.numel()), n))
+
+    def cut(self, s: Support, lo: int, n: int) -> Support:
+        rows = s.rows[(s.rows >= lo) & (s.rows < lo + n)]
+        return Support(lo, n, rows, True) if s.dense else self.make(lo, n, rows)
+
+    def merge(self, a: Support, b: Support) -> Support:
+        dense = a.dense or b.dense or dense_switch(self.layout, int(a.rows.numel() + b.rows.numel()), a.n)
+        return Support(a.lo, a.n, torch.unique(torch.cat([a.rows, b.rows])), dense)
+
+    def receive(self, rank: int, phase: str, streams: list[Support]) -> None:
+        """One message per stream or several streams per message: each stream brings two row counts."""
+        L = self.layout
+        self.got[rank][phase] += sum(s.n * L.width * L.value_bytes if s.dense else int(s.rows.numel()) * L.coo_row
+                                     for s in streams)
+        self.got[rank]["meta"] += 2 * COUNT_BYTES * len(streams)
+
+    def run(self, sets: list[torch.Tensor], variant: str) -> list[PhaseBytes]:
+        """Fold, the variant on the p' vranks' streams X_v, unfold (as `SparCML.__call__`)."""
+        p2, extra = fold_layout(self.layout.world_size)
+        streams = [self.make(0, self.layout.rows, s) for s in sets]
+        ranks = [real_rank(v, extra) for v in range(p2)]
+        for r in ranks[:extra]:
+            self.receive(r, "fold", [streams[r - 1]])
+            streams[r] = self.merge(streams[r], streams[r - 1])
+        X = [streams[r] for r in ranks]
+        if variant == "ssar_recursive_double":
+            result = self.recursive_double(X, ranks)
+        else:
+            result = self.split_allgather(X, ranks, dense=variant == "dsar_split_allgather")
+        for r in range(0, 2 * extra, 2):
+            self.receive(r, "unfold", result)
+        return [dict(g) for g in self.got]
+
+    def recursive_double(self, X: list[Support], ranks: list[int]) -> list[Support]:
+        for level in range(len(X).bit_length() - 1):
+            for v, r in enumerate(ranks):
+                self.receive(r, "reduce", [X[v ^ (1 << level)]])
+            X = [self.merge(X[v], X[v ^ (1 << level)]) for v in range(len(X))]
+        return [X[0]]
+
+    def split_allgather(self, X: list[Support], ranks: list[int], dense: bool) -> list[Support]:
+        slices = []
+        for v, (lo, n) in enumerate(split_ranges(self.layout.rows, len(X))):
+            pieces = [self.cut(x, lo, n) for x in X]
+            self.receive(ranks[v], "reduce_scatter", pieces[:v] + pieces[v + 1 :])
+            mine = reduce(self.merge, pieces)
+            slices.append(Support(lo, n, mine.rows, True) if dense else mine)
+        for v, r in enumerate(ranks):
+            self.receive(r, "allgather", slices[:v] + slices[v + 1 :])
+        return slices
 
 
 @register_scheme("sparcml")
@@ -181,17 +269,18 @@ class SparCML:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         M = grad.num_rows
-        ops = StreamOps(grad.row_width, grad.index_dtype(), values[:0])
+        layout = WireLayout(comm.world_size, M, grad.row_width, grad.dtype.itemsize, grad.index_dtype().itemsize)
+        ops = StreamOps(layout, grad.index_dtype(), values[:0])
         variant = self.variant
         if variant == "auto":
             mine = torch.tensor([stats.nnz], dtype=torch.int64, device=comm.device)
             counts = comm.all_gather_fixed(mine, phase="meta").view(-1).tolist()
-            variant = choose_variant(counts, M, ops, self.small_bytes)
+            variant = choose_variant(counts, layout, self.small_bytes)
         stats.choice = variant
         P, r = comm.world_size, comm.rank
         p2, extra = fold_layout(P)
         split = variant != "ssar_recursive_double"
-        ranges = [(j * M // p2, (j + 1) * M // p2 - j * M // p2) for j in range(p2)] if split else [(0, M)]
+        ranges = split_ranges(M, p2) if split else [(0, M)]
         stream = ops.make(0, M, index, values)
         if r < 2 * extra and r % 2 == 0:  # sits out: hand the stream over, get the result back
             comm.sendrecv(r + 1, ops.encode([stream]), None, phase="fold")
@@ -212,17 +301,26 @@ class SparCML:
             ops.write(out, s)
         stats.extra["dense_rows"] = float(sum(s.n for s in result if s.index is None))
 
-    @staticmethod
-    def _peer(vrank: int, extra: int) -> int:
-        """Real rank of a virtual rank after the fold."""
-        return 2 * vrank + 1 if vrank < extra else vrank + extra
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        """The variant `__call__` picks, replayed on the index sets (plus the k_i all-gather for auto)."""
+        P = layout.world_size
+        if P == 1:
+            return [{}]
+        variant = self.variant
+        if variant == "auto":
+            variant = choose_variant([int(s.numel()) for s in sets], layout, self.small_bytes)
+        got = Replay(layout).run(sets, variant)
+        if self.variant == "auto":
+            for phases in got:
+                phases["meta"] += (P - 1) * COUNT_BYTES
+        return got
 
     def _recursive_double(self, ops: StreamOps, comm: Communicator, stream: Stream, vrank: int,
                           extra: int) -> Stream:
         """SSAR_Recursive_double: round r sums the streams of two blocks of 2^r vranks."""
         p2 = fold_layout(comm.world_size)[0]
         for level in range(p2.bit_length() - 1):
-            peer = self._peer(vrank ^ (1 << level), extra)
+            peer = real_rank(vrank ^ (1 << level), extra)
             got = comm.sendrecv(peer, ops.encode([stream]), ops.template(1), phase="reduce")
             stream = ops.merge(stream, ops.decode(got, [(stream.lo, stream.n)])[0])
         return stream
@@ -235,7 +333,7 @@ class SparCML:
         received = {vrank: pieces[vrank]}
         for step in range(1, p2):
             peer = vrank ^ step
-            got = comm.sendrecv(self._peer(peer, extra), ops.encode([pieces[peer]]), ops.template(1),
+            got = comm.sendrecv(real_rank(peer, extra), ops.encode([pieces[peer]]), ops.template(1),
                                 phase="reduce_scatter")
             received[peer] = ops.decode(got, [ranges[vrank]])[0]
         mine = received[0]
@@ -249,7 +347,7 @@ class SparCML:
             size = 1 << level
             own = (vrank >> level) << level
             theirs = own ^ size
-            got = comm.sendrecv(self._peer(vrank ^ size, extra), ops.encode(slices[own : own + size]),
+            got = comm.sendrecv(real_rank(vrank ^ size, extra), ops.encode(slices[own : own + size]),
                                 ops.template(size), phase="allgather")
             slices[theirs : theirs + size] = ops.decode(got, ranges[theirs : theirs + size])
         return slices

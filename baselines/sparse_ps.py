@@ -13,6 +13,7 @@ a row costs s_i + D s_v):
   push received by rank r: sum_{i != r} |I_i ∩ R_r| (s_i + D s_v);  sent: sum_{j != r} |I_r ∩ R_j| (...)
   pull received by rank r: sum_{j != r} |U ∩ R_j| (s_i + D s_v);    sent: (P-1) |U ∩ R_r| (...)
   meta: 16 (P-1) for the push row counts + 16 (P-1) for the pull row counts.
+`predict` evaluates these on the index sets; `range_counts` and `owner_traffic` serve OmniReduce too.
 """
 
 from __future__ import annotations
@@ -21,14 +22,29 @@ import torch
 
 from zen import encoding
 from zen.comm.base import Communicator
+from zen.prediction import count_meta
 from zen.registry import register_scheme
 from zen.rows import add_rows, concat, put_rows
-from zen.types import LocalGrad, SyncStats
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
 def even_bounds(size: int, parts: int) -> list[int]:
     """Boundaries of `parts` even contiguous ranges of [0, size): range j is [b[j], b[j+1])."""
     return [j * size // parts for j in range(parts + 1)]
+
+
+def range_counts(ids: torch.Tensor, bounds: list[int]) -> list[int]:
+    """How many of the ascending `ids` fall in each range [bounds[j], bounds[j+1])."""
+    cuts = torch.searchsorted(ids, torch.tensor(bounds, dtype=ids.dtype, device=ids.device)).tolist()
+    return [cuts[j + 1] - cuts[j] for j in range(len(bounds) - 1)]
+
+
+def owner_traffic(push: list[list[int]], pull: list[int]) -> list[PhaseBytes]:
+    """Bytes each rank receives when rank i pushes push[i][j] bytes to owner j (all_to_all_v) and owner j
+    all-gathers pull[j] bytes (all_gather_v); both messages are two tensors, each preceded by its count."""
+    P = len(pull)
+    return [{"push": sum(push[i][r] for i in range(P) if i != r), "pull": sum(pull) - pull[r],
+             "meta": 2 * count_meta(P, 2)} for r in range(P)]
 
 
 @register_scheme("sparse_ps")
@@ -42,8 +58,7 @@ class SparseParameterServer:
         P, r = comm.world_size, comm.rank
         bounds = even_bounds(grad.num_rows, P)
         index, values = grad.rows()
-        cuts = torch.searchsorted(index, torch.tensor(bounds, device=index.device)).tolist()
-        counts = [cuts[j + 1] - cuts[j] for j in range(P)]
+        counts = range_counts(index, bounds)
         stats.nnz = int(index.numel())
         stats.push_counts = counts
         wire_index = index.to(grad.index_dtype())
@@ -56,3 +71,13 @@ class SparseParameterServer:
         for j, (rows, vals) in enumerate(comm.all_gather_v(message, phase="pull")):
             if j != r:
                 put_rows(out, rows, vals)
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        """The module's formulas on the index sets, U being their union (no exact cancellation)."""
+        P = layout.world_size
+        if P == 1:
+            return [{}]
+        bounds = even_bounds(layout.rows, P)
+        union = torch.unique(torch.cat(sets))
+        push = [[c * layout.coo_row for c in range_counts(s, bounds)] for s in sets]
+        return owner_traffic(push, [c * layout.coo_row for c in range_counts(union, bounds)])

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import zen
+from zen.prediction import layout_and_sets, predict
 
 SCHEMES = ("omnireduce", "sparse_ps")
 PATTERNS = ("random", "identical", "disjoint", "empty_ranks", "all_empty", "edges", "full")
@@ -83,63 +84,19 @@ def test_low_precision_and_default_block(scheme: str, dtype: torch.dtype) -> Non
         check_lossless(zen.simulate(scheme, tensors), tensors, dtype)
 
 
-def _ranges(size: int, P: int) -> list[tuple[int, int]]:
-    return [(j * size // P, (j + 1) * size // P) for j in range(P)]
-
-
-def sparse_ps_bytes(sets: list[np.ndarray], M: int, D: int, s_i: int, s_v: int) -> dict[str, list[int]]:
-    """Docstring formulas of baselines/sparse_ps.py, from the index sets."""
-    P, row = len(sets), s_i + D * s_v
-    union = np.unique(np.concatenate(sets))
-    ranges = _ranges(M, P)
-
-    def count(ids: np.ndarray, j: int) -> int:
-        lo, hi = ranges[j]
-        return int(((ids >= lo) & (ids < hi)).sum())
-
-    push = [sum(count(sets[i], r) for i in range(P) if i != r) * row for r in range(P)]
-    pull = [sum(count(union, j) for j in range(P) if j != r) * row for r in range(P)]
-    return {"push": push, "pull": pull}
-
-
-def omnireduce_bytes(sets: list[np.ndarray], M: int, D: int, b: int, s_v: int) -> dict[str, list[int]]:
-    """Docstring formulas of baselines/omnireduce.py, from the index sets (all D elements of a row set)."""
-    P, N = len(sets), M * D
-    B = -(-N // b)
-    ranges = _ranges(B, P)
-    blocks = [np.unique((rows[:, None] * D + np.arange(D)).ravel() // b) for rows in sets]
-    union = np.unique(np.concatenate(blocks))
-
-    def msg(ids: np.ndarray, j: int) -> int:
-        lo, hi = ranges[j]
-        part = ids[(ids >= lo) & (ids < hi)]
-        lengths = np.minimum(b, N - part * b)
-        return (4 * (part.size + 1) if part.size else 0) + s_v * int(lengths.sum())
-
-    push = [sum(msg(blocks[i], r) for i in range(P) if i != r) for r in range(P)]
-    pull = [sum(msg(union, j) for j in range(P) if j != r) for r in range(P)]
-    return {"push": push, "pull": pull}
-
-
 @pytest.mark.parametrize("P", (3, 4, 8))
 @pytest.mark.parametrize("pattern", ("identical", "disjoint", "random"))
-def test_byte_formulas(pattern: str, P: int) -> None:
+def test_bytes_match_prediction(pattern: str, P: int) -> None:
+    """Measured bytes equal the docstring formulas (`predict`), also for COO rows and partial blocks."""
     for D, dtype in ((1, torch.float32), (3, torch.float16)):
-        M = 997
-        sets = index_sets(pattern, P, M, k=40, seed=P)
-        tensors = make_tensors(sets, M, D, dtype, seed=P)
-        s_v = torch.finfo(dtype).bits // 8
-        expected = {
-            "sparse_ps": sparse_ps_bytes(sets, M, D, s_i=4, s_v=s_v),
-            "omnireduce": omnireduce_bytes(sets, M, D, b=10, s_v=s_v),
-        }
-        for scheme, want in expected.items():
-            options = {"block_size": 10} if scheme == "omnireduce" else {}
+        sets = index_sets(pattern, P, 997, k=40, seed=P)
+        tensors = make_tensors(sets, 997, D, dtype, seed=P)
+        layout, rows = layout_and_sets(tensors)
+        for scheme, options in (("sparse_ps", {}), ("omnireduce", {"block_size": 10})):
             result = zen.simulate(scheme, tensors, **options)
-            assert result.phases["push"] == want["push"], scheme
-            assert result.phases["pull"] == want["pull"], scheme
-            assert result.phases["meta"] == [(56 + 16 + 16) * (P - 1)] * P, scheme
-            assert sum(s.traffic.sent["push"] for s in result.stats) == sum(want["push"]), scheme
+            want = predict(scheme, rows, layout, **options)
+            assert result.phases == {p: [g[p] for g in want] for p in ("push", "pull", "meta")}, scheme
+            assert sum(s.traffic.sent["push"] for s in result.stats) == sum(result.phases["push"]), scheme
 
 
 def zipf_tensors(P: int, n: int, density: float, seed: int = 0) -> list[torch.Tensor]:

@@ -1,16 +1,13 @@
-"""SparCML baseline: lossless and bit-identical on every variant, and bytes equal to its formula."""
+"""SparCML baseline: lossless and bit-identical on every variant, and bytes equal to its prediction."""
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 import pytest
 import torch
 
 import zen
-from baselines.sparcml import VARIANTS, Stream, StreamOps, choose_variant
-from zen.hc import fold_layout
-from zen.types import ZenInputError
+from baselines.sparcml import VARIANTS, SparCML, Stream, StreamOps, choose_variant
+from zen.types import WireLayout, ZenInputError
 
 ALL = (*VARIANTS, "auto")
 KINDS = ("random", "identical", "disjoint", "empty", "edges", "full", "filling")
@@ -101,80 +98,7 @@ def test_large_world(variant: str) -> None:
         check(zen.simulate("sparcml", tensors, variant=variant), tensors)
 
 
-# ---- byte formula ----------------------------------------------------------------------------
-
-class Model:
-    """The docstring's byte formula, evaluated on index sets: a stream is (rows, dense, lo, n)."""
-
-    def __init__(self, M: int, D: int, s_i: int, s_v: int):
-        self.M, self.D, self.s_i, self.s_v = M, D, s_i, s_v
-
-    def switch(self, nnz: int, n: int) -> bool:
-        return nnz * (self.s_i + self.D * self.s_v) >= n * self.D * self.s_v
-
-    def make(self, rows: set[int], lo: int, n: int) -> tuple:
-        return (rows, n > 0 and self.switch(len(rows), n), lo, n)
-
-    def size(self, s: tuple) -> int:
-        rows, dense, _, n = s
-        return n * self.D * self.s_v if dense else len(rows) * (self.s_i + self.D * self.s_v)
-
-    def merge(self, a: tuple, b: tuple) -> tuple:
-        dense = a[1] or b[1] or self.switch(len(a[0]) + len(b[0]), a[3])
-        return (a[0] | b[0], dense, a[2], a[3])
-
-    def cut(self, s: tuple, lo: int, n: int) -> tuple:
-        rows = {i for i in s[0] if lo <= i < lo + n}
-        return (rows, True, lo, n) if s[1] else self.make(rows, lo, n)
-
-    def received(self, sets: list[list[int]], variant: str) -> dict[str, list[int]]:
-        P = len(sets)
-        p2, extra = fold_layout(P)
-        got: dict[str, list[int]] = defaultdict(lambda: [0] * P)
-        streams = [self.make(set(s), 0, self.M) for s in sets]
-        X = []
-        for v in range(p2):
-            if v < extra:
-                got["fold"][2 * v + 1] += self.size(streams[2 * v])
-                got["meta"][2 * v + 1] += 16
-                X.append(self.merge(streams[2 * v + 1], streams[2 * v]))
-            else:
-                X.append(streams[v + extra])
-        rank = [2 * v + 1 if v < extra else v + extra for v in range(p2)]
-        if variant == "ssar_recursive_double":
-            result = self._recursive_double(X, rank, got)
-        else:
-            result = self._split_allgather(X, rank, got, variant)
-        for v in range(extra):
-            got["unfold"][2 * v] += sum(self.size(s) for s in result)
-            got["meta"][2 * v] += 16 * len(result)
-        return dict(got)
-
-    def _recursive_double(self, X: list[tuple], rank: list[int], got: dict) -> list[tuple]:
-        p2 = len(X)
-        for level in range(p2.bit_length() - 1):
-            for v in range(p2):
-                got["reduce"][rank[v]] += self.size(X[v ^ (1 << level)])
-                got["meta"][rank[v]] += 16
-            X = [self.merge(X[v], X[v ^ (1 << level)]) for v in range(p2)]
-        return [X[0]]
-
-    def _split_allgather(self, X: list[tuple], rank: list[int], got: dict, variant: str) -> list[tuple]:
-        p2 = len(X)
-        ranges = [(j * self.M // p2, (j + 1) * self.M // p2 - j * self.M // p2) for j in range(p2)]
-        slices = []
-        for v, (lo, n) in enumerate(ranges):
-            pieces = [self.cut(X[u], lo, n) for u in range(p2)]
-            got["reduce_scatter"][rank[v]] += sum(self.size(p) for u, p in enumerate(pieces) if u != v)
-            mine = pieces[0]
-            for piece in pieces[1:]:
-                mine = self.merge(mine, piece)
-            slices.append((mine[0], True, lo, n) if variant == "dsar_split_allgather" else mine)
-        for v in range(p2):
-            got["allgather"][rank[v]] += sum(self.size(s) for j, s in enumerate(slices) if j != v)
-            got["meta"][rank[v]] += 16 * 2 * (p2 - 1)
-        return slices
-
+# ---- bytes ---------------------------------------------------------------------------------
 
 def measured(sets: list[list[int]], M: int, variant: str) -> tuple[zen.api.SimResult, dict[str, list[int]]]:
     gen = torch.Generator().manual_seed(len(sets))
@@ -187,15 +111,17 @@ def measured(sets: list[list[int]], M: int, variant: str) -> tuple[zen.api.SimRe
 
 @pytest.mark.parametrize("P", [4, 6, 8])
 @pytest.mark.parametrize("kind", ["identical", "disjoint", "filling"])
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_bytes_match_formula(variant: str, kind: str, P: int) -> None:
+@pytest.mark.parametrize("variant", ALL)
+def test_bytes_match_prediction(variant: str, kind: str, P: int) -> None:
     M = 256
     sets = supports(kind, P, M, torch.Generator().manual_seed(P))
     result, phases = measured(sets, M, variant)
-    expected = {p: b for p, b in Model(M, 1, 4, 4).received(sets, variant).items() if any(b)}
-    assert phases == expected
+    index_sets = [torch.tensor(sorted(s), dtype=torch.int64) for s in sets]
+    predicted = SparCML(variant).predict(index_sets, WireLayout(P, M))
+    want = {p: [g.get(p, 0) for g in predicted] for p in set().union(*predicted)}
+    assert phases == {p: b for p, b in want.items() if any(b)}
     switched = any(s.extra["dense_rows"] for s in result.stats)
-    assert switched == (kind == "filling" or variant == "dsar_split_allgather")
+    assert switched == (kind == "filling" or result.stats[0].choice == "dsar_split_allgather")
 
 
 @pytest.mark.parametrize("P", [4, 8])
@@ -231,7 +157,7 @@ def test_fewer_bytes_than_agsparse_on_identical_supports(variant: str) -> None:
 # ---- stream format and selection -------------------------------------------------------------
 
 def test_dense_stream_travels_as_zero_ids_and_all_rows() -> None:
-    ops = StreamOps(2, torch.int32, torch.empty(0, 2))
+    ops = StreamOps(WireLayout(1, 13, width=2), torch.int32, torch.empty(0, 2))
     dense = Stream(10, 3, None, torch.arange(6.0).view(3, 2))
     sparse = Stream(10, 3, torch.tensor([11]), torch.ones(1, 2))
     message = ops.encode([dense, sparse])
@@ -243,10 +169,12 @@ def test_dense_stream_travels_as_zero_ids_and_all_rows() -> None:
 
 
 def test_auto_choice() -> None:
-    ops = StreamOps(1, torch.int32, torch.empty(0, 1))
-    assert choose_variant([10, 0, 10], 10_000, ops, small_bytes=1 << 16) == "ssar_recursive_double"
-    assert choose_variant([20_000] * 4, 1 << 22, ops, small_bytes=1 << 16) == "ssar_split_allgather"
-    assert choose_variant([600] * 4, 1000, ops, small_bytes=1 << 16) == "dsar_split_allgather"
+    def choice(counts: list[int], rows: int) -> str:
+        return choose_variant(counts, WireLayout(len(counts), rows), small_bytes=1 << 16)
+
+    assert choice([10, 0, 10], 10_000) == "ssar_recursive_double"
+    assert choice([20_000] * 4, 1 << 22) == "ssar_split_allgather"
+    assert choice([600] * 4, 1000) == "dsar_split_allgather"
 
 
 def test_bad_variant() -> None:

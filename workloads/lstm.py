@@ -40,7 +40,7 @@ class LSTMConfig:
 
 PRESETS = {
     "tiny": LSTMConfig(("ptb",), 2000, None, 16, 32, 1, 0, 16, 4, 1.0),
-    "small": LSTMConfig(("ptb", "bbc"), None, None, 64, 128, 1, 0, 35, 24, 1.0),
+    "small": LSTMConfig(("ptb", "bbc"), None, None, 128, 64, 1, 0, 35, 24, 1.0),
     "paper": LSTMConfig(("ptb", "bbc"), None, LM1B_VOCAB, 512, 2048, 1, 512, 20, 128, 0.2),
 }
 

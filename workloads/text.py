@@ -56,7 +56,7 @@ def subword_stream(tokenizer: str, article_limit: int | None = None) -> torch.Te
     for enc in tok.encode_batch(list(bbc_articles(article_limit)), add_special_tokens=False):
         ids.extend(enc.ids)
         ids.append(sep)
-    return torch.tensor(ids, dtype=torch.int64)
+    return torch.tensor(ids, dtype=torch.int64, device="cpu")
 
 
 @cache
@@ -69,4 +69,4 @@ def word_stream(corpora: tuple[str, ...],
     vocab = tuple(w for w, _ in counts.most_common())
     index = {w: i for i, w in enumerate(vocab)}
     ids = [index[w] for s in sentences for w in (*s, EOS)]
-    return torch.tensor(ids, dtype=torch.int64), vocab
+    return torch.tensor(ids, dtype=torch.int64, device="cpu"), vocab

@@ -102,27 +102,30 @@ class EmbeddingRouter:
             routed: str | list[Part] = self.scheme if embedding else DENSE
             self.kinds.append(embedding)
         else:
-            split = self._split(buffer, params)
+            split = self._split(buffer, params, bucket.gradients())
             routed = [part for part, _ in split]
             self.kinds.extend(embedding for _, embedding in split)
         if bucket.is_last():
             self.last_kinds, self.kinds = self.kinds, []
         return routed
 
-    def _split(self, buffer: torch.Tensor, params: list[torch.Tensor]) -> list[tuple[Part, bool]]:
-        """(part, is it embedding rows) in buffer order. DDP lays a bucket's parameters out back to
-        back, so neighbouring embedding tables of one row width form a single (rows, width) part
+    def _split(self, buffer: torch.Tensor, params: list[torch.Tensor],
+               grads: list[torch.Tensor]) -> list[tuple[Part, bool]]:
+        """(part, is it embedding rows) in buffer order. DDP's gradient views lie back to back in the
+        bucket, so neighbouring embedding tables of one row width form a single (rows, width) part
         (one scheme call, like a fused table) and the parameters between them one flat dense part."""
         parts: list[tuple[Part, bool]] = []
         start = offset = 0
         width: int | None = None  # row width of the pending embedding run; None: a dense run
-        for p in params:
+        for p, g in zip(params, grads, strict=True):
+            if (g.data_ptr() - buffer.data_ptr()) != offset * buffer.element_size() or not g.is_contiguous():
+                raise RuntimeError("zen train: DDP's gradient views are not back to back in the bucket")
             p_width = (p[0].numel() if p.dim() > 1 else 1) if p.data_ptr() in self.sparse else None
             if offset > start and p_width != width:
                 parts.append(self._part(buffer[start:offset], width))
                 start = offset
             width = p_width
-            offset += p.numel()
+            offset += g.numel()
         if offset > start:
             parts.append(self._part(buffer[start:offset], width))
         return parts

@@ -66,7 +66,8 @@ class SimResult:
     outputs: list[torch.Tensor]
     bytes_sent: list[int]
     bytes_received: list[int]
-    phases: dict[str, list[int]]
+    phases: dict[str, list[int]]  # phase -> bytes received per rank
+    phases_sent: dict[str, list[int]]
     stats: list[SyncStats]
 
 
@@ -89,11 +90,12 @@ def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, s
 
     results = group.run(rank_main)
     stats = [s for _, s in results]
-    phases = sorted({p for s in stats for p in s.traffic.received})
+    phases = sorted({p for s in stats for p in (*s.traffic.received, *s.traffic.sent)})
     return SimResult(
         outputs=[o for o, _ in results],
         bytes_sent=[s.traffic.bytes_sent for s in stats],
         bytes_received=[s.traffic.bytes_received for s in stats],
         phases={p: [s.traffic.received.get(p, 0) for s in stats] for p in phases},
+        phases_sent={p: [s.traffic.sent.get(p, 0) for s in stats] for p in phases},
         stats=stats,
     )

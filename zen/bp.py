@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from zen import encoding
+from zen import encoding, native
 from zen.comm.base import Communicator
 from zen.hashing import HashFamily, hierarchical_hash, server_rows
+from zen.prediction import count_meta
 from zen.registry import register_scheme
 from zen.rows import add_rows, concat, put_rows
-from zen.prediction import count_meta
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
@@ -62,8 +62,10 @@ class BalancedParallelism:
         stats.server_count = count
         decode = encoding.decoder(self.pull, grad.num_rows)
         for j, (payload, values) in enumerate(comm.all_gather_v(message, phase="pull")):
-            if j != r:
-                put_rows(out, decode(payload, members[offsets[j] : offsets[j + 1]]), values)
+            rows_j = members[offsets[j] : offsets[j + 1]]
+            fused = j != r and self.pull == "hash_bitmap" and native.scatter_hash_bitmap(out, payload, rows_j, values)
+            if j != r and not fused:
+                put_rows(out, decode(payload, rows_j), values)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """push_r = sum_{i != r} |I_i ∩ S_r| coo_row; pull_r = sum_{j != r} payload_j (section 4)."""

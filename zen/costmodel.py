@@ -1,8 +1,11 @@
 """Alpha-beta cost model (paper section 5, Theorem 1): predicted bytes received per rank and time.
 
-Inputs are the statistics the paper uses: n ranks, M rows of width D, per-rank density d_G and the
-densification ratios gamma^m (union density of m ranks over d_G). Sizes are in bytes: s_i per row
-index, s_v per value. Time = messages * alpha + bytes received / bandwidth.
+Closed forms take the statistics the paper uses: n ranks, M rows of width D, per-rank density d_G,
+the densification ratios gamma^m (union density of m ranks over d_G) and the skewness s of even
+contiguous ranges. Sizes are bytes: s_i per row index, s_v per value. Time = messages * alpha +
+bytes on the busiest link / bandwidth (+ a local compute term, see `traffic_time`). Exact per-rank
+bytes from actual index sets live in each scheme's `predict` (zen/prediction.py); these closed forms
+are what the selector and the scale study's ideal lines use.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Workload:
     width: int = 1
     value_bytes: int = 4
     index_bytes: int = 4
+    skew: float = 1.0  # s: max over n even contiguous ranges of their density / d_G (1 = uniform)
 
     @property
     def coo_row(self) -> float:
@@ -78,6 +82,62 @@ def hc(w: Workload) -> Prediction:
 
 def allreduce(w: Workload) -> Prediction:
     return Prediction(2 * (w.n - 1) / w.n * w.rows * w.width * w.value_bytes, 2 * (w.n - 1))
+
+
+def agsparse(w: Workload) -> Prediction:
+    """All-gather of COO: (n-1) k (s_i + D s_v), blind to overlap."""
+    return Prediction((w.n - 1) * w.nnz * w.coo_row, w.n - 1)
+
+
+def sparse_ps(w: Workload) -> Prediction:
+    """Even contiguous ranges: the busiest server handles s times its share (spec: 2(n-1)(d+d^n)sM/n)."""
+    share = (w.n - 1) / w.n
+    return Prediction(share * w.skew * (1 + w.gamma(w.n)) * w.nnz * w.coo_row, 2 * (w.n - 1))
+
+
+def omnireduce(w: Workload, block: int = 256) -> Prediction:
+    """Blocks of `block` elements, 4 bytes of next-offset per block; non-empty block fractions from
+    uniform placement: 1 - (1 - d)^b per worker, 1 - (1 - d^n)^b for the union."""
+    d, dn = w.density, min(1.0, w.gamma(w.n) * w.density)
+    blocks = w.rows * w.width / block
+    per_block = block * w.value_bytes + 4
+    own = (1 - (1 - d) ** (block / w.width)) * blocks
+    union = (1 - (1 - dn) ** (block / w.width)) * blocks
+    share = (w.n - 1) / w.n
+    return Prediction(share * w.skew * (own + union) * per_block, 2 * (w.n - 1))
+
+
+def sparcml(w: Workload) -> Prediction:
+    """SSAR recursive doubling with the dense switch: each round's stream is capped at dense size."""
+    p2 = 1 << (w.n.bit_length() - 1)
+    dense = w.rows * w.width * w.value_bytes
+    rows = [min(w.gamma(1 << i) * w.nnz * w.coo_row, dense) for i in range(p2.bit_length() - 1)]
+    return Prediction(sum(rows), p2.bit_length() - 1)
+
+
+def bp_without_index(w: Workload) -> Prediction:
+    """The paper's ideal line: BP moving values only (no indices, no bitmap): half of COO BP."""
+    share = (w.n - 1) / w.n
+    return Prediction(share * (1 + w.gamma(w.n)) * w.nnz * w.width * w.value_bytes, 2 * (w.n - 1))
+
+
+CLOSED_FORMS: dict[str, Callable[[Workload], Prediction]] = {
+    "allreduce": allreduce, "agsparse": agsparse, "sparse_ps": sparse_ps, "omnireduce": omnireduce,
+    "sparcml": sparcml, "zen-bp": bp, "zen-hc": hc, "bp-without-index": bp_without_index,
+}
+
+
+def traffic_time(sent: dict[str, list[int]], received: dict[str, list[int]], net: Network,
+                 messages: dict[str, int] | None = None) -> float:
+    """Time of measured (or predicted) traffic: phases run one after another; within a phase every
+    node's full-duplex link is busy for max(bytes out, bytes in) / bandwidth, and the slowest node
+    sets the pace."""
+    total = 0.0
+    for phase in set(sent) | set(received):
+        out, inn = sent.get(phase, []), received.get(phase, [])
+        busiest = max((max(a, b) for a, b in zip(out, inn, strict=True)), default=0)
+        total += busiest / net.bandwidth + (messages or {}).get(phase, 0) * net.alpha
+    return total
 
 
 def gamma_from_union(n: int, gamma_n: float) -> Callable[[int], float]:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from zen import native
+
 ENCODINGS = ("hash_bitmap", "coo", "bitmap")
 _BIT_WEIGHTS: dict[torch.device, torch.Tensor] = {}
 
@@ -44,6 +46,8 @@ def encode(
     encoding: str, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype
 ) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
     """Encode the server's aggregated rows `out[members]`; returns (message, non-zero row count)."""
+    if encoding == "hash_bitmap" and (fast := native.encode_hash_bitmap(out, members)) is not None:
+        return fast, int(fast[1].shape[0])
     block = out.index_select(0, members)
     mask = nonzero_rows(block)
     values = block[mask]
@@ -63,10 +67,14 @@ def encode(
 def decoder(encoding: str, num_rows: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Returns decode(payload, members_of_server) -> row ids of the received values."""
     if encoding == "hash_bitmap":
-        return lambda payload, members: members[unpack_bits(payload, int(members.numel()))]
+        return _decode_hash_bitmap
     if encoding == "coo":
         return lambda payload, members: payload
     if encoding == "bitmap":
         return lambda payload, members: unpack_bits(payload, num_rows).nonzero().view(-1)
     raise ValueError(f"unknown pull encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
 
+
+def _decode_hash_bitmap(payload: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    fast = native.decode_hash_bitmap(payload, members)
+    return fast if fast is not None else members[unpack_bits(payload, int(members.numel()))]

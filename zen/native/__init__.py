@@ -1,0 +1,147 @@
+"""Native C++ / CUDA kernels for the hot paths of balanced parallelism, loaded lazily.
+
+Non-zero extraction, hierarchical hashing (paper section 3), S_j and the hash bitmap (section 4) have
+torch-op reference implementations in zen.types / zen.hashing / zen.encoding; these kernels produce the
+same results (same partition membership, same bytes) much faster. `get(device)` returns the compiled
+extension or None: ZEN_NATIVE=0 disables it, and a missing compiler or a failed build logs ONE warning
+and leaves the torch-op path in charge. The first use builds the extension (~30 s, cached on disk;
+`zen build` does it ahead of time).
+
+Each wrapper returns None (False for `scatter_hash_bitmap`) when the native path does not apply, so
+callers dispatch with `if (fast := native.f(...)) is not None: return fast`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from zen.hashing import HashFamily
+
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_loaded: dict[str, ModuleType | None] = {}
+
+VALUE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INDEX_DTYPES = (torch.int32, torch.int64)
+MAX_LEVELS = 16  # h0 plus up to 15 probes (zen_common.h kMaxLevels)
+MAX_CUDA_PARTITIONS = 1024  # S_j on CUDA keeps one cursor per partition per warp in shared memory
+
+
+def enabled() -> bool:
+    """False when ZEN_NATIVE is 0 / false / off (read on every call, so tests can flip it)."""
+    return os.environ.get("ZEN_NATIVE", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def get(device: torch.device | str = "cpu") -> ModuleType | None:
+    """The extension for `device` (built or loaded on first use, once per process), or None."""
+    if not enabled():
+        return None
+    kind = torch.device(device).type
+    if kind not in ("cpu", "cuda"):
+        return None
+    if kind not in _loaded:
+        with _lock:
+            if kind not in _loaded:
+                _loaded[kind] = _load(kind)
+    return _loaded[kind]
+
+
+def _load(kind: str) -> ModuleType | None:
+    from zen.native.build import load_extension
+
+    try:
+        return load_extension(kind)
+    except Exception as exc:  # any build or load failure means: fall back, never break a sync
+        reason = (str(exc).strip().splitlines() or [""])[0][:300]
+        _log.warning(
+            "zen native %s kernels unavailable (%s: %s); using the slower torch-op path. "
+            "Run `zen build --verbose` for the compiler output, or set ZEN_NATIVE=0 to skip native kernels.",
+            kind, type(exc).__name__, reason,
+        )
+        return None
+
+
+def _run(ext: ModuleType, name: str, device: torch.device, *args: Any) -> Any:
+    """Calls ext.name(*args); CUDA kernels also get the current stream and run on `device`."""
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            return getattr(ext, name)(*args, torch.cuda.current_stream(device).cuda_stream)
+    return getattr(ext, name)(*args)
+
+
+def _coeffs(family: HashFamily) -> tuple[list[int], list[int]]:
+    return [a for a, _ in family.coeffs], [b for _, b in family.coeffs]
+
+
+def nonzero_rows(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(ascending int64 ids of the non-zero rows, their rows) of an (M, D) block, one pass."""
+    if dense.dim() != 2 or dense.dtype not in VALUE_DTYPES or (ext := get(dense.device)) is None:
+        return None
+    return _run(ext, "nonzero_rows", dense.device, dense)
+
+
+def hierarchical_hash(
+    index: torch.Tensor, n: int, family: HashFamily, r1: int, r2: int
+) -> tuple[torch.Tensor, list[int], int] | None:
+    """Algorithm 1 over `index`: (positions grouped by partition, rows per partition, serial rows)."""
+    if (index.dim() != 1 or index.dtype not in INDEX_DTYPES or len(family.coeffs) > MAX_LEVELS
+            or index.numel() >= 2**31 or (ext := get(index.device)) is None):
+        return None
+    a, b = _coeffs(family)
+    order, counts, serial = _run(ext, "hierarchical_hash", index.device, index, n, a, b, r1, r2)
+    return order, counts.tolist(), int(serial)
+
+
+def server_rows(
+    num_rows: int, n: int, family: HashFamily, device: torch.device | str
+) -> tuple[torch.Tensor, tuple[int, ...]] | None:
+    """S_j of every server (rows with h0 = j, ascending), concatenated, with offsets."""
+    device = torch.device(device)
+    if num_rows >= 2**32 or (device.type == "cuda" and n > MAX_CUDA_PARTITIONS) or (ext := get(device)) is None:
+        return None
+    a, b = _coeffs(family)
+    wide = num_rows >= 2**31
+    if device.type == "cuda":
+        like = torch.empty(0, device=device)
+        members, offsets = _run(ext, "server_rows", device, num_rows, n, a, b, wide, like)
+    else:
+        members, offsets = ext.server_rows(num_rows, n, a, b, wide)
+    return members, tuple(offsets.tolist())
+
+
+def _bitmap_ok(members: torch.Tensor, *tensors: torch.Tensor) -> bool:
+    return members.dim() == 1 and members.dtype in INDEX_DTYPES and all(t.device == members.device for t in tensors)
+
+
+def encode_hash_bitmap(out: torch.Tensor, members: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(hash bitmap over `members`, the non-zero rows of out[members] in order)."""
+    if out.dim() != 2 or out.dtype not in VALUE_DTYPES or not _bitmap_ok(members, out):
+        return None
+    if (ext := get(out.device)) is None:
+        return None
+    return _run(ext, "encode_hash_bitmap", out.device, out, members)
+
+
+def decode_hash_bitmap(payload: torch.Tensor, members: torch.Tensor) -> torch.Tensor | None:
+    """members[t] for every set bit t of the payload, in order."""
+    if payload.dtype != torch.uint8 or not _bitmap_ok(members, payload) or (ext := get(members.device)) is None:
+        return None
+    return _run(ext, "decode_hash_bitmap", members.device, payload, members)
+
+
+def scatter_hash_bitmap(out: torch.Tensor, payload: torch.Tensor, members: torch.Tensor, values: torch.Tensor) -> bool:
+    """out[members[t]] = next row of values for every set bit t (decode + put_rows in one pass)."""
+    if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or values.dtype != out.dtype
+            or payload.dtype != torch.uint8 or not _bitmap_ok(members, out, payload, values)):
+        return False
+    if (ext := get(out.device)) is None:
+        return False
+    _run(ext, "scatter_hash_bitmap", out.device, out, payload, members, values)
+    return True

@@ -1,0 +1,93 @@
+"""`zen build`: compile the native kernels with torch's JIT extension builder (ninja).
+
+The C++ extension always; the CUDA one when torch has CUDA (built for the visible GPUs plus PTX, or
+TORCH_CUDA_ARCH_LIST). Builds live in $TORCH_EXTENSIONS_DIR/zen_native, else in the repository's ignored
+build/native/ folder, and are reused until a source changes, so later loads take about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from pathlib import Path
+from types import ModuleType
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = {"cpu": ("zen_cpu.cpp",), "cuda": ("zen_cuda_binding.cpp", "zen_cuda.cu")}
+CFLAGS = ["-O3", "-fopenmp"]  # at::parallel_for is OpenMP inline code: without -fopenmp it runs serially
+LDFLAGS = ["-fopenmp"]  # resolves to the libgomp.so.1 that torch already loaded
+NVCC_FLAGS = ["-O3"]  # torch adds -std=c++20, its COMMON_NVCC_FLAGS and the -gencode flags
+
+_log = logging.getLogger(__name__)
+
+
+def build_root() -> Path:
+    env = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if env:
+        return Path(env) / "zen_native"
+    repo = Path(__file__).resolve().parents[2]
+    if (repo / "pyproject.toml").exists():
+        return repo / "build" / "native"
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(get_default_build_root()) / "zen_native"
+
+
+def load_extension(kind: str, verbose: bool = False) -> ModuleType:
+    """Build (if needed) and import the `kind` ("cpu" or "cuda") extension; raises on failure."""
+    import torch
+    from torch.utils import cpp_extension
+
+    if kind == "cuda" and torch.version.cuda is None:
+        raise RuntimeError("this torch build has no CUDA")
+    name = f"zen_native_{kind}"
+    directory = build_root() / kind
+    directory.mkdir(parents=True, exist_ok=True)
+    if not any(directory.glob(f"{name}*.so")):
+        _log.info("building zen native %s kernels in %s (one-time, ~30 s)", kind, directory)
+    return cpp_extension.load(
+        name=name,
+        sources=[str(CSRC / s) for s in SOURCES[kind]],
+        extra_cflags=CFLAGS,
+        extra_ldflags=LDFLAGS,
+        extra_cuda_cflags=NVCC_FLAGS,
+        extra_include_paths=[str(CSRC)],
+        build_directory=str(directory),
+        with_cuda=kind == "cuda",
+        verbose=verbose,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cuda", choices=("auto", "yes", "no"), default="auto",
+                        help="build the CUDA kernels too (auto: when torch has CUDA)")
+    parser.add_argument("--nvcc-check", action="store_true",
+                        help="also compile every .cu file with nvcc -c (compile-only, works without a GPU)")
+    parser.add_argument("--verbose", action="store_true", help="show the compiler commands and output")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    kinds = ["cpu"]
+    if args.cuda == "yes" or (args.cuda == "auto" and torch.cuda.is_available()):
+        kinds.append("cuda")
+    failed = 0
+    for kind in kinds:
+        start = time.perf_counter()
+        try:
+            module = load_extension(kind, verbose=args.verbose)
+        except Exception as exc:  # report every failure, then the exit status says it
+            print(f"{kind}: FAILED ({type(exc).__name__}: {exc})")
+            failed += 1
+            continue
+        print(f"{kind}: ok in {time.perf_counter() - start:.1f} s -> {module.__file__}")
+    if args.nvcc_check:
+        from zen.native import compile_check
+
+        outcome = compile_check.check(verbose=args.verbose)
+        print(("nvcc check: ok, " if outcome.ok else "nvcc check: FAILED, ") + outcome.message)
+        failed += not outcome.ok
+    return 1 if failed else 0
