@@ -295,9 +295,15 @@ def _sync_device(device: torch.device) -> None:
 
 
 def _import_plugins(modules: list[str]) -> None:
-    """Modules that register extra workloads or schemes (e.g. a test's toy workload)."""
+    """Modules that register extra workloads or schemes (e.g. a test's toy workload), looked up from
+    the current directory too, as `python -m` would."""
+    if modules and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     for module in modules:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            raise ValueError(f"--plugin {module}: {exc}") from exc
 
 
 # ---------------------------------------------------------------- report
@@ -507,10 +513,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         from zen.launch import spawn
 
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)}
         report = spawn(f"{__name__}:rank_main", cfg.world_size, {"config": asdict(cfg)},
-                       backend=cfg.backend, timeout_s=float(os.environ.get("ZEN_TRAIN_TIMEOUT_S", 3600)),
-                       env=lambda rank: env)[0]
+                       backend=cfg.backend, timeout_s=float(os.environ.get("ZEN_TRAIN_TIMEOUT_S", 3600)))[0]
     print_table(report)
     print(f"wrote {cfg.out}")
     return 0

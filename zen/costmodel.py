@@ -127,16 +127,16 @@ CLOSED_FORMS: dict[str, Callable[[Workload], Prediction]] = {
 }
 
 
-def traffic_time(sent: dict[str, list[int]], received: dict[str, list[int]], net: Network,
-                 messages: dict[str, int] | None = None) -> float:
+def traffic_time(sent: dict[str, list[int]], received: dict[str, list[int]], calls: dict[str, int],
+                 net: Network) -> float:
     """Time of measured (or predicted) traffic: phases run one after another; within a phase every
-    node's full-duplex link is busy for max(bytes out, bytes in) / bandwidth, and the slowest node
-    sets the pace."""
+    node's full-duplex link is busy for max(bytes out, bytes in) / bandwidth, the slowest node sets
+    the pace, and each collective call costs alpha."""
     total = 0.0
-    for phase in set(sent) | set(received):
+    for phase in set(sent) | set(received) | set(calls):
         out, inn = sent.get(phase, []), received.get(phase, [])
         busiest = max((max(a, b) for a, b in zip(out, inn, strict=True)), default=0)
-        total += busiest / net.bandwidth + (messages or {}).get(phase, 0) * net.alpha
+        total += busiest / net.bandwidth + calls.get(phase, 0) * net.alpha
     return total
 
 

@@ -28,14 +28,16 @@ class ZenCommError(ZenError):
 
 @dataclass
 class Traffic:
-    """Exact payload bytes one rank sent and received, per phase (push, pull, meta, ...)."""
+    """Exact payload bytes one rank sent and received, and collectives it joined, per phase."""
 
     sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     received: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, phase: str, sent: int, received: int) -> None:
         self.sent[phase] += int(sent)
         self.received[phase] += int(received)
+        self.calls[phase] += 1
 
     @property
     def bytes_sent(self) -> int:

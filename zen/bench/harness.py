@@ -15,9 +15,11 @@ from typing import Any
 
 import torch
 
+from zen import costmodel
 from zen.api import simulate, sync
 from zen.bench.patterns import index_set, make_gradient
 from zen.bench.reference import matches_reference, reference_sum
+from zen.comm.sim import SimComm, SimGroup
 from zen.registry import make_scheme
 from zen.types import SyncStats
 
@@ -49,6 +51,7 @@ class RankRecord:
     times_s: list[float]
     checksum: float
     correct: bool | None
+    alpha_s: float = 0.0  # median latency of a tiny collective on this rank's network
 
 
 def union_density(cfg: BenchConfig) -> float:
@@ -92,6 +95,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     grad = inputs(cfg, rank).to(comm.device)
     out = torch.empty_like(grad)
     reference = _reference(cfg) if rank == 0 else None
+    alpha = _tiny_collective_latency(comm)
     records = {}
     for name in cfg.schemes:
         scheme = make_scheme(name, **cfg.options.get(name, {}))
@@ -110,8 +114,58 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
         if reference is not None:
             correct = matches_reference(out.cpu(), *reference, cfg.world_size)
         checksum = float(out.double().mul(torch.arange(1, out.numel() + 1, device=out.device) % 97).sum())
-        records[name] = RankRecord(stats, times, checksum, correct)
+        records[name] = RankRecord(stats, times, checksum, correct, alpha)
     return records
+
+
+def _tiny_collective_latency(comm: Any, repeats: int = 21) -> float:
+    """alpha of the cost model, measured: one 8-byte all-gather, median over repeats."""
+    import torch.distributed as dist
+
+    probe = torch.zeros(1, dtype=torch.int64, device=comm.device)
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        comm._all_gather(probe)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def sim_compute_seconds(cfg: BenchConfig, name: str, repeats: int = 3) -> float:
+    """Local work of one call with no network at all: the same scheme code on P virtual ranks in
+    this process (threads share the cores as the real ranks do), median wall time per call."""
+    grads = [inputs(cfg, r) for r in range(cfg.world_size)]
+    outs = [torch.empty_like(g) for g in grads]
+    group = SimGroup(cfg.world_size, seed=cfg.seed)
+    instances = [make_scheme(name, **cfg.options.get(name, {})) for _ in range(cfg.world_size)]
+    times: list[float] = []
+
+    def rank_main(r: int) -> None:
+        comm = SimComm(group, r)
+        for i in range(1 + repeats):
+            group.barrier.wait()
+            start = time.perf_counter()
+            sync(instances[r], grads[r], comm, outs[r])
+            group.barrier.wait()
+            if r == 0 and i:
+                times.append(time.perf_counter() - start)
+
+    group.run(rank_main)
+    return statistics.median(times)
+
+
+def predicted_seconds(cfg: BenchConfig, name: str, recs: list[RankRecord]) -> float:
+    """Cost model for a shaped run: simulated local work + alpha-beta time of the exact traffic."""
+    from zen.netem import parse_rate
+
+    net = costmodel.Network(alpha=statistics.median(r.alpha_s for r in recs),
+                            bandwidth=parse_rate(cfg.bandwidth) / 8)
+    phases = sorted({p for r in recs for p in r.stats.traffic.calls})
+    sent = {p: [r.stats.traffic.sent.get(p, 0) for r in recs] for p in phases}
+    received = {p: [r.stats.traffic.received.get(p, 0) for r in recs] for p in phases}
+    calls = {p: max(r.stats.traffic.calls.get(p, 0) for r in recs) for p in phases}
+    return sim_compute_seconds(cfg, name) + costmodel.traffic_time(sent, received, calls, net)
 
 
 def run_dist(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
@@ -166,6 +220,7 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
             "time_ms_median": 1e3 * median, "time_ms_p99": 1e3 * _percentile(per_iter, 0.99),
             "time_source": "bytes/bandwidth" if cfg.backend == "sim" else "measured",
             "algbw_GBps": cfg.numel * itemsize / median / 1e9 if median else None,
+            "time_ms_predicted": 1e3 * predicted_seconds(cfg, name, recs) if cfg.bandwidth else None,
             "choice": recs[0].stats.choice, "correct": correct, "times_ms": [1e3 * t for t in per_iter],
             "config": {k: v for k, v in asdict(cfg).items() if k != "schemes"},
         })

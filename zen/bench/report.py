@@ -12,7 +12,8 @@ COLUMNS = [
     ("rx max MB", "bytes_received_max", "{:.3f}"), ("rx mean MB", "bytes_received_mean", "{:.3f}"),
     ("push imb", "push_imbalance", "{:.3f}"), ("pull imb", "pull_imbalance", "{:.3f}"),
     ("union dens", "union_density", "{:.4f}"), ("algbw GB/s", "algbw_GBps", "{:.2f}"),
-    ("speedup", "speedup_vs_allreduce", "{:.2f}x"), ("choice", "choice", "{}"), ("correct", "correct", "{}"),
+    ("speedup", "speedup_vs_allreduce", "{:.2f}x"), ("model ms", "time_ms_predicted", "{:.2f}"),
+    ("choice", "choice", "{}"), ("correct", "correct", "{}"),
 ]
 MB_KEYS = ("bytes_received_max", "bytes_received_mean")
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +53,20 @@ def get(device: torch.device | str = "cpu") -> ModuleType | None:
             if kind not in _loaded:
                 _loaded[kind] = _load(kind)
     return _loaded[kind]
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Run the torch-op reference path inside this block (sets ZEN_NATIVE=0 for the process)."""
+    old = os.environ.get("ZEN_NATIVE")
+    os.environ["ZEN_NATIVE"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("ZEN_NATIVE", None)
+        else:
+            os.environ["ZEN_NATIVE"] = old
 
 
 def _load(kind: str) -> ModuleType | None:
@@ -114,6 +130,13 @@ def server_rows(
     else:
         members, offsets = ext.server_rows(num_rows, n, a, b, wide)
     return members, tuple(offsets.tolist())
+
+
+def hash_values(index: torch.Tensor, family: HashFamily) -> torch.Tensor | None:
+    """(k + 1, N) int64: hash32 of every index at every level, to check against HashFamily.hash32."""
+    if index.dim() != 1 or index.dtype not in INDEX_DTYPES or (ext := get(index.device)) is None:
+        return None
+    return _run(ext, "hash_values", index.device, index, *_coeffs(family))
 
 
 def _bitmap_ok(members: torch.Tensor, *tensors: torch.Tensor) -> bool:

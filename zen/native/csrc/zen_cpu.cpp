@@ -452,6 +452,27 @@ void scatter_hash_bitmap(Tensor& out, const Tensor& payload_in, const Tensor& me
   });
 }
 
+// hash32 of every index at every level of the family: (levels, N) int64 in [0, 2^32), for checks
+// against HashFamily.hash32.
+Tensor hash_values(const Tensor& index_in, std::vector<int64_t> a, std::vector<int64_t> b) {
+  const Family f = family_of(a, b);
+  const Tensor index = index_in.contiguous();
+  TORCH_CHECK(index.dim() == 1 && index.device().is_cpu(), "zen native: index must be a 1-D CPU tensor");
+  const int64_t N = index.numel();
+  Tensor out = at::empty({f.levels, N}, index.options().dtype(at::kLong));
+  int64_t* h = out.data_ptr<int64_t>();
+  with_index(index, [&](auto tag) {
+    using Idx = decltype(tag);
+    const Idx* idx = index.data_ptr<Idx>();
+    at::parallel_for(0, N, kGrain, [&](int64_t lo, int64_t hi) {
+      for (int l = 0; l < f.levels; ++l)
+        for (int64_t i = lo; i < hi; ++i) h[l * N + i] = zen::hash32(static_cast<uint64_t>(idx[i]), f, l);
+    });
+    return 0;
+  });
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -462,4 +483,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("encode_hash_bitmap", &encode_hash_bitmap, "Algorithm 2 encode: (payload, values)");
   m.def("decode_hash_bitmap", &decode_hash_bitmap, "row ids of the set bits");
   m.def("scatter_hash_bitmap", &scatter_hash_bitmap, "out[members[set bits]] = values");
+  m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks");
 }

@@ -571,3 +571,34 @@ void scatter_hash_bitmap_cuda(Tensor& out, const Tensor& payload_in, const Tenso
     });
   });
 }
+
+// ---------------------------------------------------------------------------------------------------
+// hash32 of every index at every level: (levels, N) int64, for checks against HashFamily.hash32.
+
+namespace {
+
+template <typename Idx>
+__global__ void hash_values_kernel(const Idx* idx, int64_t N, Family f, int64_t* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N) return;
+  for (int l = 0; l < f.levels; ++l) out[l * N + i] = zen::hash32(static_cast<uint64_t>(idx[i]), f, l);
+}
+
+}  // namespace
+
+Tensor hash_values_cuda(const Tensor& index_in, std::vector<int64_t> a, std::vector<int64_t> b, int64_t stream) {
+  const Family f = family_of(a, b);
+  const Tensor index = index_in.contiguous();
+  TORCH_CHECK(index.dim() == 1 && index.is_cuda(), "zen native CUDA: index must be a 1-D CUDA tensor");
+  const int64_t N = index.numel();
+  Tensor out = at::empty({f.levels, N}, index.options().dtype(at::kLong));
+  if (N == 0) return out;
+  with_index(index, [&](auto tag) {
+    using Idx = decltype(tag);
+    hash_values_kernel<Idx><<<static_cast<unsigned>((N + kBlock - 1) / kBlock), kBlock, 0, as_stream(stream)>>>(
+        index.data_ptr<Idx>(), N, f, out.data_ptr<int64_t>());
+    ZEN_CUDA_CHECK(cudaGetLastError());
+    return 0;
+  });
+  return out;
+}

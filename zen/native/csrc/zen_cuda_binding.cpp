@@ -18,6 +18,7 @@ std::tuple<Tensor, Tensor> encode_hash_bitmap_cuda(const Tensor& out, const Tens
 Tensor decode_hash_bitmap_cuda(const Tensor& payload, const Tensor& members, int64_t stream);
 void scatter_hash_bitmap_cuda(Tensor& out, const Tensor& payload, const Tensor& members, const Tensor& values,
                               int64_t stream);
+Tensor hash_values_cuda(const Tensor& index, std::vector<int64_t> a, std::vector<int64_t> b, int64_t stream);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Zen native CUDA kernels";
@@ -27,4 +28,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("encode_hash_bitmap", &encode_hash_bitmap_cuda, "Algorithm 2 encode: (payload, values)");
   m.def("decode_hash_bitmap", &decode_hash_bitmap_cuda, "row ids of the set bits");
   m.def("scatter_hash_bitmap", &scatter_hash_bitmap_cuda, "out[members[set bits]] = values");
+  m.def("hash_values", &hash_values_cuda, "(levels, N) hash32 values, for checks");
 }

@@ -1,0 +1,60 @@
+"""`zen model`: predicted bytes and time of every scheme, from statistics or from a synthetic pattern.
+
+With --gamma-n (and optional --skew) it evaluates the closed forms of zen.costmodel; with --pattern it
+draws the ranks' index sets and uses each scheme's exact `predict`, plus the closed forms next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from zen import costmodel
+from zen.bench.patterns import PATTERNS, index_set
+from zen.netem import parse_rate
+from zen.prediction import predict, totals
+from zen.registry import schemes
+from zen.types import WireLayout
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--world-size", "-n", type=int, default=16)
+    p.add_argument("--numel", type=lambda s: int(float(s)), default=1 << 22)
+    p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--pattern", choices=PATTERNS, default=None, help="draw index sets (exact prediction)")
+    p.add_argument("--gamma-n", type=float, default=None, help="densification ratio of all n ranks")
+    p.add_argument("--skew", type=float, default=1.0, help="skewness of even contiguous ranges")
+    p.add_argument("--bandwidth", default="25gbit", help="per-link rate, e.g. 1gbit, 25gbit")
+    p.add_argument("--alpha-us", type=float, default=10.0, help="per-message latency in microseconds")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.density <= 1:
+        raise SystemExit(f"zen model: --density must be in [0, 1], got {args.density}")
+    if args.pattern is None and args.gamma_n is None:
+        raise SystemExit("zen model: give --pattern (draw index sets) or --gamma-n (closed forms)")
+    net = costmodel.Network(alpha=args.alpha_us * 1e-6, bandwidth=parse_rate(args.bandwidth) / 8)
+    n, M = args.world_size, args.numel
+    exact: dict[str, int] = {}
+    gamma_n = args.gamma_n
+    if args.pattern:
+        import torch
+
+        sets = [index_set(args.pattern, M, args.density, r, n, args.seed) for r in range(n)]
+        gamma_n = torch.unique(torch.cat(sets)).numel() / max(1, sum(s.numel() for s in sets) / n)
+        layout = WireLayout(world_size=n, rows=M, seed=args.seed)
+        exact = {name: max(totals(predict(name, sets, layout))) for name in schemes()}
+    w = costmodel.Workload(n=n, rows=M, density=args.density, gamma=costmodel.gamma_from_union(n, gamma_n),
+                           skew=args.skew)
+    print(f"# n={n} numel={M} density={args.density} gamma^n={gamma_n:.3f} skew={args.skew} "
+          f"bandwidth={args.bandwidth} alpha={args.alpha_us}us")
+    print(f"{'scheme':>18} {'closed-form MB':>15} {'time ms':>9} {'exact MB':>9} {'exact ms':>9}")
+    for name in sorted(set(costmodel.CLOSED_FORMS) | set(exact)):
+        form = costmodel.CLOSED_FORMS.get(name)
+        pred = form(w) if form else None
+        cells = [f"{pred.bytes_received / 1e6:15.3f}", f"{1e3 * pred.time(net):9.2f}"] if pred else ["-".rjust(15),
+                                                                                                 "-".rjust(9)]
+        if name in exact:
+            cells += [f"{exact[name] / 1e6:9.3f}", f"{1e3 * exact[name] / net.bandwidth:9.2f}"]
+        print(f"{name:>18} " + " ".join(cells))
+    return 0
