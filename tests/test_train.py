@@ -86,14 +86,12 @@ def _max_rel_diff(losses: list[float], reference: list[float]) -> float:
 
 
 @pytest.mark.parametrize(("world_size", "workload", "extra"), [
-    (2, "toy", ["--wandb-mode", "offline"]),  # dense gradients, one mixed bucket: split by the router
-    (3, "toy-sparse", ["--wandb-mode", "disabled", "--bucket-cap-mb", "0.01"]),  # COO gradients
+    (2, "toy", []),  # dense gradients, one mixed bucket: split by the router
+    (3, "toy-sparse", ["--bucket-cap-mb", "0.01"]),  # COO gradients, one bucket per embedding
 ])
-def test_every_scheme_matches_allreduce(tmp_path, monkeypatch, world_size, workload, extra):
-    for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "home" / var.lower()))
+def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     schemes = [*zen.schemes(), NO_COMM, NATIVE]
-    report = _train(tmp_path, "--workload", workload, "--scheme", ",".join(schemes),
+    report = _train(tmp_path, "--workload", workload, "--scheme", ",".join(schemes), "--wandb-mode", "disabled",
                     "--world-size", str(world_size), "--steps", "20", "--warmup", "2", *extra)
     assert report["config"]["world_size"] == world_size and report["config"]["schemes"] == schemes
     assert report["versions"]["torch"] == torch.__version__ and "revision" in report["git"]
@@ -108,14 +106,16 @@ def test_every_scheme_matches_allreduce(tmp_path, monkeypatch, world_size, workl
         assert all(b > 0 for b in run["steps"]["embedding_bytes_received"]), name
         assert run["summary"]["bytes_received_per_step"] > run["summary"]["embedding_bytes_received_per_step"]
         assert run["summary"]["samples_per_s"] > 0 and run["summary"]["hook_s_median"] > 0
-    assert _max_rel_diff(runs[NATIVE]["steps"]["loss"], reference) <= TOLERANCE
+    if workload == "toy":
+        # not for toy-sparse: `words` and `tags` get COO gradients whose values share one tensor (the
+        # output gradient of their sum), and DDP's own sparse path divides each in place by P
+        # (Reducer::mark_variable_ready_sparse) while gloo reduces them: wrong, racy gradients
+        assert _max_rel_diff(runs[NATIVE]["steps"]["loss"], reference) <= TOLERANCE
     assert runs[NATIVE]["summary"]["bytes_received_per_step"] is None
     nocomm = runs[NO_COMM]
     assert nocomm["summary"]["bytes_received_per_step"] == 0 and nocomm["summary"]["hook_s_median"] is not None
     assert nocomm["summary"]["samples_per_s"] > 0 and "comm_s_vs_nocomm" in runs["zen"]["summary"]
     assert runs["zen"]["summary"]["zen_choice"] in ("bp", "hc")
-    if "offline" in extra:
-        assert list((tmp_path / "wandb").glob("wandb/offline-run-*")), "no offline wandb run written"
 
 
 class FakeBucket:
@@ -175,18 +175,21 @@ def test_bad_arguments_are_reported_before_any_rank_starts(capsys, argv, message
         assert "toy" in err or "allreduce" in err
 
 
-def test_torchrun_runs_one_rank_per_process(tmp_path):
+def test_torchrun_runs_one_rank_per_process_and_logs_to_wandb_offline(tmp_path):
     out = tmp_path / "torchrun.json"
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "workloads.train", "--workload", "toy",
-           "--plugin", PLUGIN, "--scheme", "zen", "--steps", "4", "--warmup", "1", "--wandb-mode", "disabled",
-           "--out", str(out)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+           "--plugin", PLUGIN, "--scheme", "zen", "--steps", "4", "--warmup", "1", "--out", str(out)]
+    env = {**os.environ, "WANDB_MODE": "offline"}  # the default mode, here through the environment
+    for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        env[var] = str(tmp_path / "home" / var.lower())
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["config"]["world_size"] == 2 and report["config"]["backend"] == "gloo"
+    assert report["config"]["wandb_mode"] == "offline" and report["config"]["wandb_group"] == "toy-tiny-P2"
     assert len(report["runs"][0]["per_rank"]["loss"]) == 2
+    assert list((tmp_path / "wandb").glob("wandb/offline-run-*")), "no offline wandb run next to the JSON"
     assert "wrote" in done.stdout
 
 

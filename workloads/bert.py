@@ -30,14 +30,19 @@ class BertPreset:
     heads: int
     intermediate: int
     seq_len: int
+    positions: int  # max_position_embeddings (BERT-base: 512)
     batch_size: int
     lr: float
 
 
 PRESETS = {
-    "tiny": BertPreset(100, 32, 2, 2, 64, 32, 4, 0.1),
-    "small": BertPreset(None, 128, 2, 2, 512, 128, 8, 0.1),
-    "paper": BertPreset(None, 768, 12, 12, 3072, 128, 8, 0.02),  # BERT-base
+    "tiny": BertPreset(article_limit=100, hidden=32, layers=2, heads=2, intermediate=64, seq_len=32,
+                       positions=32, batch_size=4, lr=0.1),
+    "small": BertPreset(article_limit=None, hidden=128, layers=2, heads=2, intermediate=512, seq_len=128,
+                        positions=128, batch_size=8, lr=0.1),
+    # BERT-base
+    "paper": BertPreset(article_limit=None, hidden=768, layers=12, heads=12, intermediate=3072, seq_len=128,
+                        positions=512, batch_size=8, lr=0.02),
 }
 
 
@@ -65,7 +70,7 @@ def build(preset: str, seed: int) -> Workload:
     config = transformers.BertConfig(
         vocab_size=vocab, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
         num_attention_heads=cfg.heads, intermediate_size=cfg.intermediate,
-        max_position_embeddings=max(cfg.seq_len, 512 if preset == "paper" else 0),
+        max_position_embeddings=cfg.positions,
         tie_word_embeddings=False)
     model = build_untied(transformers.BertForMaskedLM, config, seed)
     special = torch.tensor([cls_id, sep_id, tok.token_to_id("[PAD]")])

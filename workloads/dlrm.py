@@ -32,10 +32,13 @@ class DLRMPreset:
 
 
 PRESETS = {
-    "tiny": DLRMPreset(1_000, 8, (16, 8), (16, 1), 64, 0.1),
-    "small": DLRMPreset(100_000, 16, (64, 16), (64, 1), 1024, 0.1),
+    "tiny": DLRMPreset(max_rows=1_000, embedding_dim=8, dense_arch=(16, 8), over_arch=(16, 1), batch_size=64,
+                       lr=0.1),
+    "small": DLRMPreset(max_rows=100_000, embedding_dim=16, dense_arch=(64, 16), over_arch=(64, 1),
+                        batch_size=1024, lr=0.1),
     # the DLRM reference configuration for Criteo Kaggle, at the paper's batch
-    "paper": DLRMPreset(None, 16, (512, 256, 64, 16), (512, 256, 1), 1024, 0.1),
+    "paper": DLRMPreset(max_rows=None, embedding_dim=16, dense_arch=(512, 256, 64, 16), over_arch=(512, 256, 1),
+                        batch_size=1024, lr=0.1),
 }
 
 

@@ -31,9 +31,11 @@ class GPT2Preset:
 
 
 PRESETS = {
-    "tiny": GPT2Preset(100, 32, 2, 2, 32, 4, 0.1),
-    "small": GPT2Preset(None, 128, 2, 2, 128, 8, 0.1),
-    "paper": GPT2Preset(None, 768, 12, 12, 1024, 8, 0.02),  # GPT-2 small (124M + untied lm_head)
+    "tiny": GPT2Preset(article_limit=100, n_embd=32, n_layer=2, n_head=2, n_ctx=32, batch_size=4, lr=0.1),
+    "small": GPT2Preset(article_limit=None, n_embd=128, n_layer=2, n_head=2, n_ctx=128, batch_size=8, lr=0.1),
+    # GPT-2 small (124M) plus its untied lm_head
+    "paper": GPT2Preset(article_limit=None, n_embd=768, n_layer=12, n_head=12, n_ctx=1024, batch_size=8,
+                        lr=0.02),
 }
 
 

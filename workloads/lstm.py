@@ -25,7 +25,7 @@ LM1B_VOCAB = 793_471
 
 
 @dataclass(frozen=True)
-class LSTMConfig:
+class LSTMPreset:
     corpora: tuple[str, ...]
     sentence_limit: int | None  # first sentences (PTB) / articles (BBC) of each corpus; None = all
     embedding_rows: int | None  # None = the corpus vocabulary; larger = extra never-hit rows
@@ -39,9 +39,14 @@ class LSTMConfig:
 
 
 PRESETS = {
-    "tiny": LSTMConfig(("ptb",), 2000, None, 16, 32, 1, 0, 16, 4, 1.0),
-    "small": LSTMConfig(("ptb", "bbc"), None, None, 128, 64, 1, 0, 35, 24, 1.0),
-    "paper": LSTMConfig(("ptb", "bbc"), None, LM1B_VOCAB, 512, 2048, 1, 512, 20, 128, 0.2),
+    "tiny": LSTMPreset(corpora=("ptb",), sentence_limit=2000, embedding_rows=None, embedding_dim=16,
+                       hidden=32, layers=1, proj=0, seq_len=16, batch_size=4, lr=1.0),
+    "small": LSTMPreset(corpora=("ptb", "bbc"), sentence_limit=None, embedding_rows=None, embedding_dim=128,
+                        hidden=64, layers=1, proj=0, seq_len=35, batch_size=24, lr=1.0),
+    # One Billion Word sizes: 793,471-word embedding of width 512, LSTMP 2048 -> 512, 20 steps, batch 128
+    "paper": LSTMPreset(corpora=("ptb", "bbc"), sentence_limit=None, embedding_rows=LM1B_VOCAB,
+                        embedding_dim=512, hidden=2048, layers=1, proj=512, seq_len=20, batch_size=128,
+                        lr=0.2),
 }
 
 

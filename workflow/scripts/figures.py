@@ -18,7 +18,7 @@ from common import color, label, marker, save_figure, scheme_order, write_csv
 def _panels(n: int, width: float = 4.2, height: float = 3.4) -> tuple[plt.Figure, list[plt.Axes]]:
     cols = min(n, 4)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained")
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n])
@@ -30,8 +30,16 @@ def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(lab, h)
             labels.setdefault(lab, lab)
-    fig.legend(list(handles.values()), list(labels), loc="upper center", ncol=min(len(handles), 8),
-               bbox_to_anchor=(0.5, 1.02), frameon=False)
+    fig.legend(list(handles.values()), list(labels), loc="outside upper center", ncol=min(len(handles), 8),
+               frameon=False)
+
+
+def _log2_ranks(ax: plt.Axes, ranks: pd.Series) -> None:
+    """Log2 x axis labelled with the plain rank counts."""
+    ticks = sorted(set(int(n) for n in ranks))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
 
 
 def microbench_sim(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
@@ -51,10 +59,10 @@ def microbench_sim(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame
             ax.plot(s["world_size"], s["time_vs_allreduce"], marker=marker(scheme), color=color(scheme),
                     label=label(scheme))
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
-        ax.set_xscale("log", base=2)
+        _log2_ranks(ax, cell["world_size"])
         ax.set_yscale("log")
         ax.set_xlabel("#ranks (simulated GPUs)")
-        ax.set_ylabel("comm time / AllReduce (ratio)")
+        ax.set_ylabel("comm time / AllReduce's")
         ax.set_title(f"{pattern}, density {density:g}")
         ax.grid(alpha=0.3)
     _legend(fig, axes)
@@ -78,9 +86,10 @@ def microbench_real(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFram
         ax.errorbar(x, cell["time_ms_median"], yerr=[[0] * len(order), cell["time_ms_p99"] - cell["time_ms_median"]],
                     fmt="none", ecolor="black", capsize=3, lw=0.8)
         ax.set_xticks(list(x), [label(s) for s in order], rotation=45, ha="right")
-        ax.set_ylabel("time per call (ms, median; bar to p99)")
+        ax.set_ylabel("time per call (ms)")
         link = cell["bandwidth"].iloc[0]
-        ax.set_title(f"{cell['backend'].iloc[0]} n={n}, {pattern}, d={density:g}, {link}")
+        ax.set_title(f"{cell['backend'].iloc[0]} x{n}, {pattern}, d={density:g}, {link}\n(bar: median, whisker: p99)",
+                     fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
     _legend(fig, axes)
     return fig, data.reset_index(drop=True)

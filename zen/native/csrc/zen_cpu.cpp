@@ -8,6 +8,10 @@
 
 #include <ATen/Parallel.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -79,6 +83,64 @@ auto with_index(const Tensor& t, F f) {
   return f(int64_t{});
 }
 
+// Non-zero mask of the 64-byte line at p: bit (e * sizeof(Bits)) set iff element e has a magnitude bit
+// set (one bit per byte, as SSE2's movemask gives it; the scalar fallback writes the same layout).
+// Bit e * sizeof(Bits) for every element e of a 64-byte line.
+template <typename Bits>
+constexpr uint64_t element_bits() {
+  uint64_t m = 0;
+  for (size_t e = 0; e < 64 / sizeof(Bits); ++e) m |= uint64_t{1} << (e * sizeof(Bits));
+  return m;
+}
+
+#if defined(__SSE2__)
+template <typename Bits>
+inline __m128i magnitude_vector() {
+  if constexpr (sizeof(Bits) == 2) return _mm_set1_epi16(0x7FFF);
+  else if constexpr (sizeof(Bits) == 4) return _mm_set1_epi32(0x7FFFFFFF);
+  else return _mm_set1_epi64x(0x7FFFFFFFFFFFFFFFLL);
+}
+#endif
+
+// Whether any element of the 64-byte line at p is non-zero (the cheap test run on every line).
+template <typename Bits>
+inline bool line_any(const Bits* p) {
+#if defined(__SSE2__)
+  const __m128i* q = reinterpret_cast<const __m128i*>(p);
+  const __m128i a = _mm_or_si128(_mm_or_si128(_mm_loadu_si128(q), _mm_loadu_si128(q + 1)),
+                                 _mm_or_si128(_mm_loadu_si128(q + 2), _mm_loadu_si128(q + 3)));
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(a, magnitude_vector<Bits>()), _mm_setzero_si128())) != 0xFFFF;
+#else
+  Bits acc = 0;
+  for (size_t e = 0; e < 64 / sizeof(Bits); ++e) acc |= p[e];
+  return (acc & zen::magnitude_mask<Bits>()) != 0;
+#endif
+}
+
+// Non-zero mask of the 64-byte line at p: bit (e * sizeof(Bits)) set iff element e has a magnitude bit
+// set (SSE2's movemask gives one bit per byte; the scalar fallback writes the same layout).
+template <typename Bits>
+inline uint64_t line_mask(const Bits* p) {
+#if defined(__SSE2__)
+  const __m128i* q = reinterpret_cast<const __m128i*>(p);
+  uint64_t zeros = 0;
+  for (int v = 0; v < 4; ++v) {
+    const __m128i z = _mm_cmpeq_epi8(_mm_and_si128(_mm_loadu_si128(q + v), magnitude_vector<Bits>()),
+                                     _mm_setzero_si128());
+    zeros |= static_cast<uint64_t>(static_cast<uint16_t>(_mm_movemask_epi8(z))) << (16 * v);
+  }
+  // an element is zero iff all its bytes are: fold each element's byte bits into its lowest one
+  uint64_t nonzero = ~zeros;
+  for (size_t s = 1; s < sizeof(Bits); s *= 2) nonzero |= nonzero >> s;
+  return nonzero & element_bits<Bits>();
+#else
+  uint64_t m = 0;
+  for (size_t e = 0; e < 64 / sizeof(Bits); ++e)
+    m |= static_cast<uint64_t>((p[e] & zen::magnitude_mask<Bits>()) != 0) << (e * sizeof(Bits));
+  return m;
+#endif
+}
+
 template <typename Bits>
 inline bool row_nonzero(const Bits* row, int64_t D, Bits mask) {
   Bits acc = 0;
@@ -111,25 +173,38 @@ std::tuple<Tensor, Tensor> nonzero_rows(const Tensor& dense_in) {
       auto& R = rows[c];
       auto& V = vals[c];
       if (D == 1) {
-        constexpr int kBlock = 64 / sizeof(Bits);  // one cache line: skip it if all zero
-        int64_t i = lo;
-        for (; i + kBlock <= hi; i += kBlock) {
-          Bits acc = 0;
-          for (int j = 0; j < kBlock; ++j) acc |= data[i + j];
-          if ((acc & mask) == 0) continue;
-          for (int j = 0; j < kBlock; ++j) {
-            if (data[i + j] & mask) {
-              R.push_back(i + j);
-              V.push_back(data[i + j]);
-            }
+        // A cheap any-non-zero test per cache line; the per-element mask only for lines that pass,
+        // emitted through raw pointers (room for a whole line is made first).
+        constexpr int64_t kLine = 64 / sizeof(Bits);
+        int64_t k = 0, i = lo;
+        auto room = [&] {
+          if (k + kLine > static_cast<int64_t>(R.size())) {
+            const size_t cap = std::max<size_t>(2 * R.size(), 4096);
+            R.resize(cap);
+            V.resize(cap);
           }
+        };
+        for (; i + kLine <= hi; i += kLine) {
+          if (!line_any(data + i)) continue;
+          room();
+          int64_t* rp = R.data() + k;
+          Bits* vp = V.data() + k;
+          for (uint64_t b = line_mask(data + i); b; b &= b - 1) {
+            const int64_t r = i + __builtin_ctzll(b) / sizeof(Bits);
+            *rp++ = r;
+            *vp++ = data[r];
+          }
+          k = rp - R.data();
         }
+        room();
         for (; i < hi; ++i) {
           if (data[i] & mask) {
-            R.push_back(i);
-            V.push_back(data[i]);
+            R[k] = i;
+            V[k++] = data[i];
           }
         }
+        R.resize(k);
+        V.resize(k);
       } else {
         for (int64_t r = lo; r < hi; ++r) {
           const Bits* row = data + r * D;
