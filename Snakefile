@@ -1,4 +1,5 @@
-"""Zen reproduction pipeline: microbenchmarks -> aggregate CSVs -> figures -> results/README.md.
+"""Zen reproduction pipeline: kernels -> sparsity profiles -> traffic at scale -> microbenchmarks ->
+end-to-end training -> aggregate CSVs -> figures -> results/README.md.
 
 Run from the repository root with the venv: `make` (CPU default config) or
 `snakemake --cores all --configfile workflow/config/<name>.yaml [--profile workflow/profiles/slurm]`.
@@ -14,10 +15,28 @@ configfile: "workflow/config/default.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/build.smk"
+include: "workflow/rules/profile.smk"
+include: "workflow/rules/scale.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/kernels.smk"
+include: "workflow/rules/train.smk"
 include: "workflow/rules/report.smk"
 
 
 rule all:
     input:
-        "results/README.md",
+        RESULTS + "/README.md",
+
+
+# Cheap steps run where Snakemake runs, never as cluster jobs.
+localrules:
+    all,
+    aggregate_profiles,
+    aggregate_scale,
+    aggregate_microbench,
+    aggregate_kernels,
+    aggregate_training,
+    log_bench_wandb,
+    plot_figure,
+    write_report,

@@ -63,3 +63,13 @@ def test_repeated_calls_reuse_state() -> None:
     """The selector decides after measuring; later calls stay lossless on the chosen path."""
     check("zen", "disjoint", 4, torch.float32, warmup=3)
     check("zen", "identical", 4, torch.float32, warmup=3)
+
+
+def test_selector_picks_hc_for_disjoint_tiny_density_and_bp_for_overlap() -> None:
+    from zen.bench.patterns import make_gradient
+
+    P = 16
+    disjoint = [make_gradient("disjoint", 1 << 18, 0.0005, r, P, seed=1) for r in range(P)]
+    assert zen.simulate("zen", disjoint, warmup=1).stats[0].choice == "hc"
+    overlapping = [make_gradient("zipf", 1 << 18, 0.01, r, P, seed=1) for r in range(P)]
+    assert zen.simulate("zen", overlapping, warmup=1).stats[0].choice == "bp"

@@ -11,6 +11,9 @@ whole and the hook hands DDP back a COO tensor (DDP copy_()s the result into the
 
 Pseudo-schemes: `none` registers DDP's no-op hook (no communication: compute-only headroom, ranks
 drift apart), `ddp` registers no hook at all (DDP's built-in allreduce, the default people run).
+Beware `ddp` with nn.Embedding(sparse=True): DDP divides each COO gradient in place by the world size
+(Reducer::mark_variable_ready_sparse) while gloo reduces it, and two such gradients may share their
+values tensor (embeddings whose outputs are summed): their averages come out wrong and racy (torch 2.13).
 Several schemes may run back to back in one launch (`--scheme none,allreduce,zen`): every run starts
 from the same seed, so loss curves are comparable step by step, and `comm_s_vs_nocomm` is filled in.
 
@@ -29,6 +32,7 @@ import importlib
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import platform
 import statistics
@@ -120,7 +124,7 @@ class EmbeddingRouter:
         for p, g in zip(params, grads, strict=True):
             if (g.data_ptr() - buffer.data_ptr()) != offset * buffer.element_size() or not g.is_contiguous():
                 raise RuntimeError("zen train: DDP's gradient views are not back to back in the bucket")
-            p_width = (p[0].numel() if p.dim() > 1 else 1) if p.data_ptr() in self.sparse else None
+            p_width = math.prod(p.shape[1:]) if p.data_ptr() in self.sparse else None
             if offset > start and p_width != width:
                 parts.append(self._part(buffer[start:offset], width))
                 start = offset
@@ -284,6 +288,8 @@ def _to_device(batch: Any, device: torch.device) -> Any:
         return batch.to(device, non_blocking=True)
     if isinstance(batch, dict):
         return {k: _to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(_to_device(v, device) for v in batch))
     if isinstance(batch, (list, tuple)):
         return type(batch)(_to_device(v, device) for v in batch)
     return batch
@@ -347,7 +353,7 @@ def _summarize(cfg: TrainConfig, run: dict[str, Any]) -> dict[str, Any]:
         "final_loss": steps["loss"][-1], "zen_choice": steps["choice"][-1],
         **{f"{key}_per_step": _mean(steps[key][timed])
            for key in ("bytes_sent", "bytes_received", "embedding_bytes_received", "embedding_nnz")},
-        "bytes_received_per_step_max_rank": max((_mean(r["bytes_received"][timed]) or 0) for r in ranks),
+        "bytes_received_per_step_max_rank": _max([_mean(r["bytes_received"][timed]) for r in ranks]),
     }
     return {"scheme": run["scheme"], "embedding_grad_layout": run["embedding_grad_layout"],
             "summary": summary, "steps": steps,
@@ -365,6 +371,10 @@ def _median(values: list[float | None]) -> float | None:
 
 def _mean(values: list[float | None]) -> float | None:
     return None if not values or None in values else statistics.fmean(values)
+
+
+def _max(values: list[float | None]) -> float | None:
+    return None if not values or None in values else max(values)
 
 
 def _versions() -> dict[str, str | None]:
@@ -403,12 +413,23 @@ def write_json(path: Path, report: dict[str, Any]) -> None:
 
 
 def log_wandb(cfg: TrainConfig, report: dict[str, Any]) -> None:
-    """One wandb run per scheme, grouped by `cfg.wandb_group` so schemes line up in one chart."""
+    """Best effort (the JSON already holds everything): a wandb failure, e.g. `online` without a
+    network, is logged, not raised."""
+    if cfg.wandb_mode == "disabled":
+        return
+    try:
+        _log_wandb(cfg, report)
+    except Exception as exc:  # an optional sink must not lose a finished run
+        log.warning("wandb logging failed (%s: %s); results are in %s", type(exc).__name__, exc, cfg.out)
+
+
+def _log_wandb(cfg: TrainConfig, report: dict[str, Any]) -> None:
+    """One wandb run per scheme, grouped by `cfg.wandb_group` so schemes line up in one chart;
+    files go to <folder of the JSON>/wandb."""
     import wandb
 
     wandb_dir = Path(cfg.out).parent / "wandb"
     wandb_dir.mkdir(parents=True, exist_ok=True)
-    os.environ["WANDB_DIR"] = str(wandb_dir)
     for run in report["runs"]:
         name = f"{cfg.workload}-{cfg.preset}-{run['scheme']}-P{cfg.world_size}"
         handle = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group, name=name, job_type="train",
@@ -435,7 +456,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-size", type=int, default=None,
                         help="ranks to spawn (default 2); under torchrun taken from WORLD_SIZE")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3, help="steps left out of the throughput")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="steps left out of the throughput (default min(3, steps // 2))")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 25)")
     parser.add_argument("--no-validate", action="store_true",
@@ -467,15 +489,16 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
         raise ValueError(f"unknown scheme {', '.join(bad) or repr(args.scheme)}; "
                          f"choose from: {', '.join(known)}")
     world = _world_size(args, torchrun)
-    if args.steps <= args.warmup or args.warmup < 0:
-        raise ValueError(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}) >= 0")
+    warmup = min(3, args.steps // 2) if args.warmup is None else args.warmup
+    if args.steps <= warmup or warmup < 0:
+        raise ValueError(f"--steps ({args.steps}) must exceed --warmup ({warmup}) >= 0")
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if torchrun and torch.cuda.is_available() else "gloo"
     run_name = f"{args.workload}-{args.preset}-{'+'.join(schemes)}-P{world}"
     return TrainConfig(
         workload=args.workload, preset=args.preset, schemes=schemes, world_size=world, steps=args.steps,
-        warmup=args.warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, validate=not args.no_validate,
+        warmup=warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, validate=not args.no_validate,
         find_unused_parameters=args.find_unused_parameters, backend=backend,
         out=str(Path(args.out or Path("results", "train", f"{run_name}.json")).resolve()),
         wandb_mode=args.wandb_mode or os.environ.get("WANDB_MODE") or "offline",
@@ -513,7 +536,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from zen.launch import spawn
 
-        report = spawn(f"{__name__}:rank_main", cfg.world_size, {"config": asdict(cfg)},
+        report = spawn("workloads.train:rank_main", cfg.world_size, {"config": asdict(cfg)},
                        backend=cfg.backend, timeout_s=float(os.environ.get("ZEN_TRAIN_TIMEOUT_S", 3600)))[0]
     print_table(report)
     print(f"wrote {cfg.out}")

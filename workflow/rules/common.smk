@@ -1,10 +1,12 @@
 """Config validation and input helpers shared by every rule file."""
 
 import os
+import re
 import shlex
 import shutil
 import sys
 from itertools import product
+from pathlib import Path
 
 from snakemake.utils import validate
 
@@ -19,12 +21,16 @@ SCRIPTS = "workflow/scripts"
 RESULTS = "results"
 LOGS = f"{RESULTS}/logs"
 BENCHMARKS = f"{RESULTS}/benchmarks"
+AGG = f"{RESULTS}/aggregate"
+FIGURES = f"{RESULTS}/figures"
+BUILD_STAMP = f"{RESULTS}/build/native.txt"
 NETEM_TOOLS = ("ip", "tc", "nsenter", "unshare", "setpriv")
 
-# The command that started this run, for the report (an environment variable, not a param, so a
-# different command line does not make the report out of date).
+# The command that started this run, for the report (an environment variable, not a param, so another
+# command line does not make the report out of date).
 os.environ.setdefault("ZEN_PIPELINE_COMMAND", shlex.join(["snakemake", *sys.argv[1:]]))
 os.environ.setdefault("WANDB_MODE", config["wandb"]["mode"])
+os.environ.setdefault("WANDB_SILENT", "true")
 
 
 wildcard_constraints:
@@ -32,36 +38,47 @@ wildcard_constraints:
     world_size=r"\d+",
     density=r"[0-9.e-]+",
     backend="gloo|nccl",
+    encoding="hash_bitmap|coo|bitmap",
+    workload=r"[A-Za-z0-9_]+",
+    scheme=r"[A-Za-z0-9_-]+",
+    sweep="r1|k",
 
 
 def emulated_bandwidth():
     """The link rate for real-rank runs, or None for loopback: emulation needs root and iproute2 (zen/netem.py)."""
     rate = config.get("bandwidth")
-    if not rate or config["backend"] != "gloo":
+    if not rate or config["backend"] != "gloo" or config["launcher"] != "spawn":
         return None
     if os.geteuid() != 0 or any(shutil.which(tool) is None for tool in NETEM_TOOLS):
         return None
     return rate
 
 
-def bandwidth_flag():
+def _accepts(module_file, flag):
+    """Whether a `zen` subcommand's source declares `flag` (lets the pipeline pass options that landed)."""
+    path = Path(module_file)
+    return path.exists() and re.search(rf"add_argument\(\s*[\"']{re.escape(flag)}[\"']", path.read_text()) is not None
+
+
+def bandwidth_flag(module_file="zen/bench/cli.py"):
     rate = emulated_bandwidth()
-    return f"--bandwidth {rate}" if rate else ""
+    return f"--bandwidth {rate}" if rate and _accepts(module_file, "--bandwidth") else ""
 
 
 def wandb_flags():
-    return f"--wandb-mode {config['wandb']['mode']} --wandb-project {config['wandb']['project']}"
+    w = config["wandb"]
+    return f"--wandb-mode {w['mode']} --wandb-project {w['project']} --wandb-group {config['run_name']}"
 
 
-def scheme_list():
-    return ",".join(config["schemes"])
+def csv_list(names):
+    return ",".join(str(n) for n in names)
 
 
-def grid(pattern_path, section, **fixed):
-    """Expand `pattern_path` over the patterns x world sizes x densities of config['bench'][section]."""
+def grid(path, section, **fixed):
+    """Expand `path` over the patterns x world sizes x densities of config['bench'][section]."""
     cell = config["bench"][section]
     return [
-        pattern_path.format(pattern=p, world_size=n, density=d, **fixed)
+        path.format(pattern=p, world_size=n, density=d, **fixed)
         for p, n, d in product(cell["patterns"], cell["world_sizes"], cell["densities"])
     ]
 
@@ -73,3 +90,49 @@ def sim_bench_outputs():
 def real_bench_outputs():
     return grid(RESULTS + "/bench/{backend}/{pattern}/n{world_size}_d{density}.jsonl", "real",
                 backend=config["backend"])
+
+
+def pull_bench_outputs():
+    p = config["bench"]["pull"]
+    return expand(RESULTS + "/bench/pull/{encoding}/{pattern}/n{world_size}_d{density}.jsonl",
+                  encoding=p["encodings"], pattern=p["pattern"], world_size=p["world_size"], density=p["densities"])
+
+
+def profile_outputs(name):
+    return expand(RESULTS + "/profile/{workload}/{name}", workload=config["profile"]["workloads"], name=name)
+
+
+def scale_outputs():
+    s = config["scale"]
+    return expand(RESULTS + "/scale/{pattern}_d{density}.csv", pattern=s["patterns"], density=s["densities"])
+
+
+def kernel_outputs():
+    return expand(RESULTS + "/kernels/sweep_{sweep}.json", sweep=config["kernels"]["sweeps"])
+
+
+def train_outputs():
+    t = config["train"]
+    return expand(RESULTS + "/train/{workload}/{scheme}/n{world_size}.json",
+                  workload=t["workloads"], scheme=t["schemes"], world_size=t["world_sizes"])
+
+
+def nodes_for(wildcards):
+    """Machines of a torchrun job (SLURM `nodes` resource); 1 for locally spawned ranks."""
+    if config["launcher"] != "torchrun":
+        return 1
+    per_node = config["train"].get("gpus_per_node", 8)
+    return max(1, int(wildcards.world_size) // per_node)
+
+
+def train_launch(wildcards):
+    """Command prefix that starts `zen train` on world_size ranks: local spawn, or torchrun per node."""
+    n = int(wildcards.world_size)
+    if config["launcher"] == "spawn":
+        return f"{ZEN} train --world-size {n} {bandwidth_flag('workloads/train.py')}"
+    per_node = min(n, config["train"].get("gpus_per_node", 8))
+    nodes = nodes_for(wildcards)
+    head = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
+    return (f"srun --nodes={nodes} --ntasks-per-node=1 --gres=gpu:{per_node} --kill-on-bad-exit=1"
+            f" {PY} -m torch.distributed.run --nnodes={nodes} --nproc-per-node={per_node}"
+            f" --rdzv-backend=c10d --rdzv-endpoint={head}:29500 --rdzv-id=$SLURM_JOB_ID -m workloads.train")

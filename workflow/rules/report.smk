@@ -2,58 +2,53 @@
 
 import json
 
-FIGURE_DIR = RESULTS + "/figures"
+# Figure name -> aggregated CSVs it reads (workflow/scripts/figures.py draws each).
+FIGURE_INPUTS = {
+    "table1_density": [AGG + "/sparsity.csv"],
+    "fig2_overlap": [AGG + "/sparsity_overlap.csv", AGG + "/sparsity_union.csv"],
+    "fig3_skew": [AGG + "/sparsity_shares.csv", AGG + "/sparsity.csv"],
+    "fig8_scale": [AGG + "/scale.csv"],
+    "microbench_sim": [AGG + "/microbench.csv"],
+    "microbench_real": [AGG + "/microbench.csv"],
+    "fig11_throughput": [AGG + "/training.csv"],
+    "fig15_comm_speedup": [AGG + "/training.csv"],
+    "fig16_hashing": [AGG + "/kernels.csv"],
+    "fig17_pull": [AGG + "/pull.csv"],
+    "fig18_loss": [AGG + "/training_steps.csv"],
+}
 
 
-rule plot_microbench:
-    """Figure from the aggregated microbenchmark rows: `sim` (ratios vs ranks) or `real` (measured)."""
+rule plot_figure:
+    """One figure: the PNG and, next to it, the CSV of exactly what is drawn."""
     input:
-        RESULTS + "/aggregate/microbench.csv",
+        lambda wildcards: FIGURE_INPUTS[wildcards.figure],
     output:
-        png=FIGURE_DIR + "/microbench_{kind}.png",
-        csv=FIGURE_DIR + "/microbench_{kind}.csv",
+        png=FIGURES + "/{figure}.png",
+        csv=FIGURES + "/{figure}.csv",
     log:
-        LOGS + "/plot_microbench/{kind}.log",
+        LOGS + "/plot_figure/{figure}.log",
     benchmark:
-        BENCHMARKS + "/plot_microbench/{kind}.tsv"
+        BENCHMARKS + "/plot_figure/{figure}.tsv"
     wildcard_constraints:
-        kind="sim|real",
+        figure="|".join(FIGURE_INPUTS),
     shell:
-        "{PY} {SCRIPTS}/figures.py microbench-{wildcards.kind} --csv {input} --out {output.png} > {log} 2>&1"
-
-
-rule log_bench_wandb:
-    """Replay every microbenchmark cell into wandb (offline by default), grouped by run_name."""
-    input:
-        sim_bench_outputs(),
-        real_bench_outputs(),
-    output:
-        RESULTS + "/wandb/bench_runs.json",
-    log:
-        LOGS + "/log_bench_wandb.log",
-    benchmark:
-        BENCHMARKS + "/log_bench_wandb.tsv"
-    params:
-        group=config["run_name"],
-        project=config["wandb"]["project"],
-        mode=config["wandb"]["mode"],
-        dir=RESULTS + "/wandb",
-    shell:
-        "{PY} {SCRIPTS}/wandb_log.py --group {params.group} --project {params.project} --mode {params.mode}"
-        " --dir {params.dir} --out {output} {input} > {log} 2>&1"
-
-
-def report_figures():
-    return expand(FIGURE_DIR + "/microbench_{kind}.png", kind=["sim", "real"])
+        "{PY} {SCRIPTS}/figures.py {wildcards.figure} --csv {input} --out {output.png} > {log} 2>&1"
 
 
 rule write_report:
     """results/README.md from the aggregated CSVs and figures (never edited by hand)."""
     input:
-        bench=RESULTS + "/aggregate/microbench.csv",
-        figures=report_figures(),
+        figures=expand(FIGURES + "/{figure}.png", figure=FIGURE_INPUTS),
+        bench=AGG + "/microbench.csv",
+        pull=AGG + "/pull.csv",
+        sparsity=AGG + "/sparsity.csv",
+        scale=AGG + "/scale.csv",
+        kernels=AGG + "/kernels.csv",
+        training=AGG + "/training.csv",
+        steps=AGG + "/training_steps.csv",
+        build=BUILD_STAMP,
         wandb=RESULTS + "/wandb/bench_runs.json",
-        scripts=[SCRIPTS + "/report.py", SCRIPTS + "/common.py"],
+        scripts=[SCRIPTS + "/report.py", SCRIPTS + "/claims.py", SCRIPTS + "/common.py"],
     output:
         RESULTS + "/README.md",
     log:
@@ -62,6 +57,7 @@ rule write_report:
         BENCHMARKS + "/write_report.tsv"
     params:
         config=shlex.quote(json.dumps(config, sort_keys=True)),
+        benchmarks=BENCHMARKS,
     shell:
-        "{PY} {SCRIPTS}/report.py --config-json {params.config} --bench {input.bench}"
-        " --figures {input.figures} --wandb {input.wandb} --out {output} > {log} 2>&1"
+        "{PY} {SCRIPTS}/report.py --config-json {params.config} --aggregate-dir {AGG} --figures {input.figures}"
+        " --build {input.build} --wandb {input.wandb} --benchmarks {params.benchmarks} --out {output} > {log} 2>&1"

@@ -1,12 +1,15 @@
-"""Flatten JSON-lines results of the `zen` CLIs into one CSV per stage.
+"""Flatten the JSON / CSV outputs of the `zen` CLIs into one tidy CSV per stage.
 
-Usage: python workflow/scripts/aggregate.py bench --out results/aggregate/microbench.csv FILE.jsonl...
+Usage: python workflow/scripts/aggregate.py KIND --out OUT.csv [extra outputs] INPUT...
+KIND: bench (zen bench JSON lines), profile (zen profile folders), concat (CSVs with the same
+columns, e.g. zen scale), kernels (zen kernels-bench JSON), train (zen train JSON).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -35,15 +38,89 @@ def bench_frame(paths: list[str]) -> pd.DataFrame:
     return frame.sort_values(keys, kind="stable").reset_index(drop=True) if len(frame) else frame
 
 
+def profile_frames(dirs: list[str]) -> dict[str, pd.DataFrame]:
+    """Table 1 summary, gamma^n per n, pairwise overlaps and partition shares of every profiled workload."""
+    summary, union, overlap, shares = [], [], [], []
+    for d in dirs:
+        s = json.loads(Path(d, "profile.json").read_text())
+        w = s["workload"]
+        u = s["union"]
+        summary.append({
+            "workload": w, "preset": s["preset"], "workers": s["workers"], "steps": s["steps"],
+            "embedding_rows": s["num_rows"], "local_batch_size": s.get("local_batch_size"),
+            "density": s["density"]["mean"], "union_n": u["n"][-1], "union_density": u["density"][-1],
+            "gamma_n": u["gamma"][-1], "overlap_mean": s["overlap"]["mean"], "skew8": s["skewness"]["8"],
+            "skew128": s["skewness"]["128"], "union_skew8": s["skewness"].get("union_8"),
+            "union_skew128": s["skewness"].get("union_128"), "first_loss": s["loss"][0], "last_loss": s["loss"][-1],
+        })
+        union += [{"workload": w, "n": n, "union_density": dn, "gamma_n": g}
+                  for n, dn, g in zip(u["n"], u["density"], u["gamma"], strict=True)]
+        pairs = pd.read_csv(Path(d, "overlap.csv"))
+        overlap.append(pairs.assign(workload=w)[["workload", "step", "i", "j", "overlap"]])
+        shares += [{"workload": w, "partition": j, "share": a, "union_share": b} for j, (a, b) in
+                   enumerate(zip(s["partition_share"], s["union_partition_share"], strict=True))]
+    return {"summary": pd.DataFrame(summary), "union": pd.DataFrame(union),
+            "overlap": pd.concat(overlap, ignore_index=True), "shares": pd.DataFrame(shares)}
+
+
+def kernels_frame(paths: list[str]) -> pd.DataFrame:
+    rows = []
+    for p in paths:
+        sweep = Path(p).stem.removeprefix("sweep_")
+        rows += [dict(r, sweep=sweep) for r in json.loads(Path(p).read_text())]
+    return pd.DataFrame(rows)
+
+
+def train_frames(paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per (workload, scheme, world size) run, and one per step (loss curves)."""
+    runs, steps = [], []
+    for p in paths:
+        report = json.loads(Path(p).read_text())
+        cfg = report["config"]
+        key = {"workload": cfg["workload"], "preset": cfg["preset"], "world_size": cfg["world_size"]}
+        for run in report["runs"]:
+            s = run["summary"]
+            runs.append({**key, "scheme": run["scheme"], "backend": cfg.get("backend"), "device": cfg.get("device"),
+                         "bandwidth": cfg.get("bandwidth") or "loopback", "steps": cfg["steps"],
+                         "warmup": cfg["warmup"], "samples_per_s": s["samples_per_s"],
+                         "iters_per_s": s["iters_per_s"], "iter_ms": 1e3 * s["iter_s_median"],
+                         "hook_ms": 1e3 * s["hook_s_median"], "compute_ms": 1e3 * s["compute_s_median"],
+                         "bytes_received_per_step": s.get("bytes_received_per_step"),
+                         "embedding_bytes_received_per_step": s.get("embedding_bytes_received_per_step"),
+                         "final_loss": s["final_loss"], "zen_choice": s.get("zen_choice"), "source": p})
+            for i, (loss, it) in enumerate(zip(run["steps"]["loss"], run["steps"]["iter_s"], strict=True)):
+                steps.append({**key, "scheme": run["scheme"], "step": i, "loss": loss, "iter_ms": 1e3 * it})
+    order = ["workload", "world_size", "scheme"]
+    return (pd.DataFrame(runs).sort_values(order).reset_index(drop=True),
+            pd.DataFrame(steps).sort_values([*order, "step"]).reset_index(drop=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("bench",))
+    parser.add_argument("kind", choices=("bench", "profile", "concat", "kernels", "train"))
     parser.add_argument("--out", required=True)
+    parser.add_argument("--union-out", help="profile: gamma^n per n")
+    parser.add_argument("--overlap-out", help="profile: pairwise overlap ratios")
+    parser.add_argument("--shares-out", help="profile: share of non-zeros per partition")
+    parser.add_argument("--steps-out", help="train: one row per step")
     parser.add_argument("inputs", nargs="+")
     args = parser.parse_args(argv)
-    frame = bench_frame(args.inputs)
+    if args.kind == "bench":
+        frame = bench_frame(args.inputs)
+    elif args.kind == "concat":
+        frame = pd.concat([pd.read_csv(p) for p in args.inputs], ignore_index=True)
+    elif args.kind == "kernels":
+        frame = kernels_frame(args.inputs)
+    elif args.kind == "train":
+        frame, steps = train_frames(args.inputs)
+        write_csv(steps, args.steps_out)
+    else:
+        frames = profile_frames(args.inputs)
+        for key, path in (("union", args.union_out), ("overlap", args.overlap_out), ("shares", args.shares_out)):
+            write_csv(frames[key], path)
+        frame = frames["summary"]
     write_csv(frame, args.out)
-    print(f"{len(frame)} rows from {len(args.inputs)} files -> {args.out}")
+    print(f"{args.kind}: {len(frame)} rows from {len(args.inputs)} inputs -> {args.out}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Figures of the pipeline: one PNG plus the CSV behind it per figure, from the aggregated CSVs.
 
-Usage: python workflow/scripts/figures.py FIGURE --csv IN.csv [IN2.csv] --out results/figures/NAME.png
-(the data behind the figure goes next to it as NAME.csv). FIGURE is one of FIGURES below.
+Usage: python workflow/scripts/figures.py FIGURE --csv IN.csv [IN2.csv] --out results/figures/FIGURE.png
+(the data behind the figure goes next to it as FIGURE.csv). FIGURE is one of FIGURES below; the inputs
+each one reads are listed in workflow/rules/report.smk.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(lab, h)
             labels.setdefault(lab, lab)
-    fig.legend(list(handles.values()), list(labels), loc="outside upper center", ncol=min(len(handles), 8),
+    ncol = min(len(handles), 8 if len(axes) > 2 else 5)
+    fig.legend(list(handles.values()), list(labels), loc="outside upper center", ncol=ncol,
                frameon=False)
 
 
@@ -95,9 +97,263 @@ def microbench_real(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFram
     return fig, data.reset_index(drop=True)
 
 
+def _workload_colors(names: list[str]) -> dict[str, tuple[float, ...]]:
+    """Workloads are not schemes: they get a separate qualitative palette, stable by sorted name."""
+    palette = plt.get_cmap("Set2").colors
+    return {w: palette[i % len(palette)] for i, w in enumerate(sorted(names))}
+
+
+def table1_density(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Table 1: per-GPU embedding-gradient density and the density after summing n workers."""
+    data = frames[0][["workload", "preset", "workers", "embedding_rows", "density", "union_n", "union_density",
+                      "gamma_n"]].sort_values("workload")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    x = range(len(data))
+    ax.bar([i - 0.2 for i in x], 100 * data["density"], width=0.4, color="#80b1d3", label="one worker")
+    ax.bar([i + 0.2 for i in x], 100 * data["union_density"], width=0.4, color="#fb8072",
+           label=f"sum of {int(data['union_n'].max())} workers")
+    for i, (d, u) in enumerate(zip(data["density"], data["union_density"], strict=True)):
+        ax.annotate(f"{100 * d:.2f}%", (i - 0.2, 100 * d), ha="center", va="bottom", fontsize="small")
+        ax.annotate(f"{100 * u:.2f}%", (i + 0.2, 100 * u), ha="center", va="bottom", fontsize="small")
+    ax.set_xticks(list(x), [f"{w}\n({r:,} rows)" for w, r in zip(data["workload"], data["embedding_rows"],
+                                                                  strict=True)])
+    ax.set_ylabel("embedding-gradient density (%)")
+    ax.set_title(f"Table 1: gradient density per workload (preset {data['preset'].iloc[0]})")
+    ax.legend(frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    return fig, data
+
+
+def fig2_overlap(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 2a: distribution of pairwise overlap ratios; Fig 2b: gamma^n (densification) vs #workers."""
+    overlap, union = frames[0], frames[1]
+    colors = _workload_colors(list(union["workload"].unique()))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    bins = [i / 40 for i in range(41)]
+    for w, cell in overlap.groupby("workload"):
+        a.hist(cell["overlap"], bins=bins, density=True, histtype="step", lw=1.6, color=colors[w], label=w)
+    a.set_xlabel("overlap ratio of two workers' non-zero rows")
+    a.set_ylabel("probability density")
+    a.set_title("(a) overlap distribution")
+    for w, cell in union.groupby("workload"):
+        b.plot(cell["n"], cell["gamma_n"], marker="o", color=colors[w], label=w)
+    ns = sorted(union["n"].unique())
+    b.plot(ns, ns, ls=":", color="black", lw=0.8, label="no overlap (gamma^n = n)")
+    _log2_ranks(b, union["n"])
+    b.set_xlabel("#workers (GPUs) summed")
+    b.set_ylabel("gamma^n = union nnz / mean nnz")
+    b.set_title("(b) densification vs #GPUs")
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+        ax.legend(frameon=False, fontsize="small")
+    hist = overlap.groupby("workload")["overlap"].describe().reset_index()
+    data = union.merge(hist, on="workload", how="left")
+    return fig, data
+
+
+def fig3_skew(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 3a: share of one worker's non-zeros in each of 8 contiguous partitions; Fig 3b: skewness."""
+    shares, summary = frames[0], frames[1]
+    colors = _workload_colors(list(summary["workload"]))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    workloads = sorted(shares["workload"].unique())
+    width = 0.8 / len(workloads)
+    for k, w in enumerate(workloads):
+        cell = shares[shares["workload"] == w]
+        a.bar(cell["partition"] + (k - (len(workloads) - 1) / 2) * width, 100 * cell["share"], width=width,
+              color=colors[w], label=w)
+    a.axhline(100 / shares["partition"].nunique(), color="black", ls=":", lw=0.8, label="balanced")
+    a.set_xlabel("partition of the embedding rows (contiguous, 1/8 each)")
+    a.set_ylabel("share of non-zero rows (%)")
+    a.set_title("(a) non-zeros per partition")
+    data = summary[["workload", "skew8", "skew128", "union_skew8", "union_skew128"]].sort_values("workload")
+    x = range(len(data))
+    b.bar([i - 0.2 for i in x], data["skew8"], width=0.4, color=[colors[w] for w in data["workload"]],
+          edgecolor="black", label="8 partitions")
+    b.bar([i + 0.2 for i in x], data["skew128"], width=0.4, color=[colors[w] for w in data["workload"]],
+          edgecolor="black", hatch="//", label="128 partitions")
+    b.set_xticks(list(x), list(data["workload"]))
+    b.set_ylabel("skewness = max / mean partition nnz (ratio)")
+    b.set_yscale("log")
+    b.set_title("(b) skewness of one worker's gradient")
+    for ax in (a, b):
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(frameon=False, fontsize="small")
+    return fig, shares.merge(data, on="workload")
+
+
+def fig8_scale(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 8: algorithmic communication time normalised to AllReduce vs #GPUs (exact bytes / bandwidth)."""
+    data = frames[0].sort_values(["source", "density", "scheme", "world_size"])
+    cells = list(data.groupby(["source", "density"], sort=True))
+    fig, axes = _panels(len(cells), width=5.2, height=3.8)
+    for ax, ((source, density), cell) in zip(axes, cells, strict=True):
+        for scheme in scheme_order(cell["scheme"]):
+            s = cell[cell["scheme"] == scheme]
+            ideal = scheme == "bp-without-index"
+            ax.plot(s["world_size"], s["normalized"], marker=marker(scheme), ls="--" if ideal else "-",
+                    color=color("zen-bp-noindex" if ideal else scheme),
+                    label=label("zen-bp-noindex" if ideal else scheme))
+        ax.axhline(1.0, color="black", lw=0.8, ls=":")
+        _log2_ranks(ax, cell["world_size"])
+        ax.set_xlabel("#GPUs")
+        ax.set_ylabel("comm time / AllReduce's")
+        ax.set_title(f"{source} pattern, per-GPU density {density:.2%}")
+        ax.grid(alpha=0.3)
+    _legend(fig, axes)
+    return fig, data
+
+
+def fig11_throughput(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 11: training throughput vs #workers, one panel per workload."""
+    data = frames[0][["workload", "preset", "scheme", "world_size", "backend", "bandwidth", "samples_per_s",
+                      "iter_ms", "hook_ms", "compute_ms"]]
+    cells = list(data.groupby("workload", sort=True))
+    fig, axes = _panels(len(cells))
+    for ax, (workload, cell) in zip(axes, cells, strict=True):
+        for scheme in scheme_order(cell["scheme"]):
+            s = cell[cell["scheme"] == scheme].sort_values("world_size")
+            ax.plot(s["world_size"], s["samples_per_s"], marker=marker(scheme), color=color(scheme),
+                    label=label(scheme))
+        _log2_ranks(ax, cell["world_size"])
+        ax.set_xlabel("#workers (ranks)")
+        ax.set_ylabel("throughput (samples/s)")
+        ax.set_title(f"{workload} ({cell['preset'].iloc[0]}), {cell['backend'].iloc[0]}, {cell['bandwidth'].iloc[0]}")
+        ax.grid(alpha=0.3)
+    _legend(fig, axes)
+    return fig, data
+
+
+def fig15_comm_speedup(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 15: communication-time speedup over AllReduce per workload and scheme, at the largest size."""
+    df = frames[0]
+    df = df[df["world_size"] == df["world_size"].max()].copy()
+    base = df[df["scheme"] == "allreduce"].set_index("workload")["hook_ms"]
+    df["comm_speedup_vs_allreduce"] = [base.get(w, float("nan")) / h for w, h in
+                                       zip(df["workload"], df["hook_ms"], strict=True)]
+    data = df[["workload", "world_size", "scheme", "hook_ms", "comm_speedup_vs_allreduce"]]
+    workloads = sorted(data["workload"].unique())
+    schemes = scheme_order(data["scheme"])
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(workloads) + 2), 3.8), layout="constrained")
+    width = 0.8 / len(schemes)
+    for k, scheme in enumerate(schemes):
+        s = data[data["scheme"] == scheme].set_index("workload").reindex(workloads)
+        xs = [i + (k - (len(schemes) - 1) / 2) * width for i in range(len(workloads))]
+        ax.bar(xs, s["comm_speedup_vs_allreduce"], width=width, color=color(scheme), label=label(scheme))
+    ax.axhline(1.0, color="black", lw=0.8, ls=":")
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_ylabel("comm-time speedup over AllReduce (x)")
+    ax.set_title(f"communication time (time in the DDP hook), {int(data['world_size'].max())} workers")
+    ax.grid(axis="y", alpha=0.3)
+    fig.legend(loc="outside upper center", ncol=len(schemes), frameon=False)
+    return fig, data
+
+
+def fig16_hashing(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 16: hashing time vs the memory factor r1 (a) and vs the number of probes k (b)."""
+    data = frames[0]
+    sweeps = [s for s in ("r1", "k") if s in set(data["sweep"])]
+    fig, axes = _panels(len(sweeps), width=4.6)
+    for ax, sweep in zip(axes, sweeps, strict=True):
+        cell = data[data["sweep"] == sweep].sort_values("r1_factor" if sweep == "r1" else "k")
+        x = cell["r1_factor"] if sweep == "r1" else cell["k"]
+        ax.plot(x, cell["native_ms"], marker="o", color=color("zen"), label=f"{label('zen')} hashing")
+        ax2 = ax.twinx()
+        ax2.plot(x, cell["serial_pct"], marker="s", ls="--", color="#7f7f7f", label="serial region (%)")
+        ax2.set_ylabel("indices in the serial region (%)")
+        ax.set_xlabel("r1 (x |G|·d_G)" if sweep == "r1" else "k (probes)")
+        ax.set_ylabel("hashing time (ms)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"({'a' if sweep == 'r1' else 'b'}) vs {sweep}: {cell['device'].iloc[0]}, "
+                     f"{int(cell['nnz'].iloc[0]):,} non-zeros, n={int(cell['servers'].iloc[0])}", fontsize="medium")
+        ax.grid(alpha=0.3)
+        lines = ax.get_legend_handles_labels()
+        more = ax2.get_legend_handles_labels()
+        ax.legend(lines[0] + more[0], lines[1] + more[1], frameon=False, fontsize="small")
+    return fig, data
+
+
+def fig17_pull(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 17a: pull size / dense size vs post-aggregation density per encoding; 17b: speedup breakdown."""
+    df = frames[0].copy()
+    itemsize = {"fp32": 4, "bf16": 2, "fp16": 2}
+    df["dense_bytes"] = df["numel"] * df["dtype"].map(itemsize)
+    df["pull_vs_dense"] = df.get("rx_pull", float("nan")) / df["dense_bytes"]
+    df["variant"] = [f"{s} ({p})" if s.startswith("zen") else s for s, p in zip(df["scheme"], df["pull"], strict=True)]
+    data = df[df["scheme"] != "allreduce"].drop_duplicates(["variant", "density"])[
+        ["variant", "scheme", "pull", "density", "union_density", "rx_pull", "dense_bytes", "pull_vs_dense",
+         "speedup_vs_allreduce", "world_size", "numel"]].sort_values(["variant", "density"])
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    styles = {"hash_bitmap": "-", "coo": "--", "bitmap": ":"}
+    for _, cell in data.groupby("variant"):
+        scheme, pull = cell["scheme"].iloc[0], cell["pull"].iloc[0]
+        name = label(scheme) + (f" + {pull.replace('_', ' ')}" if isinstance(pull, str) else "")
+        if scheme == "omnireduce":
+            name += " (tensor blocks)"
+        elif scheme == "sparse_ps":
+            name += " (COO, no hashing)"
+        a.plot(cell["union_density"], cell["pull_vs_dense"], marker=marker(scheme), color=color(scheme),
+               ls=styles.get(pull, "-"), label=name)
+    a.set_xscale("log")
+    a.set_yscale("log")
+    a.set_xlabel("post-aggregation density (union of all workers)")
+    a.set_ylabel("pull bytes per worker / dense bytes")
+    a.set_title(f"(a) pull size by encoding, {int(data['world_size'].iloc[0])} workers")
+    a.grid(alpha=0.3)
+    a.legend(frameon=False, fontsize="small")
+    steps = [("sparse_ps", None, "no hashing + COO"), ("zen-bp", "coo", "hashing + COO"),
+             ("zen-bp", "hash_bitmap", "hashing + hash bitmap")]
+    densities = sorted(data["density"].unique())
+    width = 0.8 / len(steps)
+    for k, (scheme, pull, name) in enumerate(steps):
+        rows = data[(data["scheme"] == scheme) & ((data["pull"] == pull) if pull else True)]
+        ys = rows.set_index("density")["speedup_vs_allreduce"].reindex(densities)
+        xs = [i + (k - 1) * width for i in range(len(densities))]
+        b.bar(xs, ys, width=width, color=color(scheme), hatch="" if pull != "coo" else "//", edgecolor="white",
+              label=name)
+    b.set_xticks(range(len(densities)), [f"{d:.2%}" for d in densities])
+    b.set_xlabel("per-worker density")
+    b.set_ylabel("speedup over AllReduce (x, simulated)")
+    b.set_title("(b) speedup breakdown")
+    b.grid(axis="y", alpha=0.3)
+    b.legend(frameon=False, fontsize="small")
+    return fig, data
+
+
+def fig18_loss(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 18: training loss per iteration, Zen vs AllReduce (lossless: the curves coincide)."""
+    df = frames[0]
+    df = df[df["world_size"] == df["world_size"].max()]
+    data = df[df["scheme"].isin(["allreduce", "zen"])]
+    if data.empty:
+        data = df
+    cells = list(data.groupby("workload", sort=True))
+    fig, axes = _panels(len(cells))
+    for ax, (workload, cell) in zip(axes, cells, strict=True):
+        for scheme in scheme_order(cell["scheme"]):
+            s = cell[cell["scheme"] == scheme]
+            ax.plot(s["step"], s["loss"], color=color(scheme), label=label(scheme),
+                    ls="--" if scheme == "allreduce" else "-", lw=2.2 if scheme == "allreduce" else 1.2)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("training loss")
+        ax.set_title(f"{workload}, {int(cell['world_size'].iloc[0])} workers")
+        ax.grid(alpha=0.3)
+    _legend(fig, axes)
+    return fig, data
+
+
 FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {
-    "microbench-sim": microbench_sim,
-    "microbench-real": microbench_real,
+    "microbench_sim": microbench_sim,
+    "microbench_real": microbench_real,
+    "table1_density": table1_density,
+    "fig2_overlap": fig2_overlap,
+    "fig3_skew": fig3_skew,
+    "fig8_scale": fig8_scale,
+    "fig11_throughput": fig11_throughput,
+    "fig15_comm_speedup": fig15_comm_speedup,
+    "fig16_hashing": fig16_hashing,
+    "fig17_pull": fig17_pull,
+    "fig18_loss": fig18_loss,
 }
 
 

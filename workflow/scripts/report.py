@@ -1,7 +1,8 @@
 """Write results/README.md: the machine and command, every figure, headline numbers, paper vs ours.
 
-Usage: python workflow/scripts/report.py --config-json '{...}' --bench results/aggregate/microbench.csv \
-           --figures results/figures/*.png --wandb results/wandb/bench_runs.json --out results/README.md
+Usage: python workflow/scripts/report.py --config-json '{...}' --aggregate-dir results/aggregate \
+           --figures results/figures/*.png [--build results/build/native.txt] [--wandb bench_runs.json] \
+           [--benchmarks results/benchmarks] --out results/README.md
 Everything is read from the aggregated CSVs, so the text always matches the figures.
 """
 
@@ -17,16 +18,50 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from claims import all_claims
+from claims import markdown as claims_markdown
 from common import label, write_text
 
+AGGREGATES = {"bench": "microbench.csv", "pull": "pull.csv", "sparsity": "sparsity.csv", "scale": "scale.csv",
+              "kernels": "kernels.csv", "training": "training.csv", "steps": "training_steps.csv"}
+
 FIGURE_TEXT = {
-    "microbench_sim": ("Simulated microbenchmark (cf. paper Fig 8)",
-                       "Communication time of every scheme divided by AllReduce's, vs the number of ranks, "
-                       "per sparsity pattern. Virtual ranks in one process; time = max bytes received by any "
-                       "rank / link rate (bandwidth term of the paper's cost model, section 5)."),
-    "microbench_real": ("Measured microbenchmark on real ranks",
+    "table1_density": ("Table 1: embedding-gradient density",
+                       "Share of embedding rows with a non-zero gradient on one worker, and after summing all "
+                       "emulated workers (zen profile)."),
+    "fig2_overlap": ("Fig 2: overlap and densification",
+                     "(a) distribution of the overlap ratio between two workers' non-zero rows; (b) gamma^n, the "
+                     "union's non-zeros over one worker's, vs the number of workers summed (zen profile)."),
+    "fig3_skew": ("Fig 3: non-zeros per partition and skewness",
+                  "(a) share of one worker's non-zero rows in each of 8 contiguous partitions (what a range-"
+                  "partitioned parameter server would get); (b) skewness = max / mean partition load (zen profile)."),
+    "fig8_scale": ("Fig 8: algorithmic communication time vs #GPUs",
+                   "Busiest rank's received bytes over the link rate, normalised to AllReduce, for 2..128 GPUs "
+                   "(zen scale: exact predicted bytes, checked against the simulation at small sizes)."),
+    "microbench_sim": ("Microbenchmark, simulated ranks",
+                       "Communication time of every scheme divided by AllReduce's, vs the number of ranks, per "
+                       "sparsity pattern. Virtual ranks in one process; time = max bytes received by any rank / "
+                       "link rate (bandwidth term of the paper's cost model, section 5)."),
+    "microbench_real": ("Microbenchmark, real ranks",
                         "Median time per synchronisation call (bar) and p99 (whisker) on real torch.distributed "
-                        "ranks, dense input to dense output, extraction included."),
+                        "ranks, dense input to dense output, extraction included (zen bench)."),
+    "fig11_throughput": ("Fig 11: training throughput vs #workers",
+                         "Samples per second of data-parallel training with each scheme on the embedding "
+                         "gradients (dense AllReduce for the rest), after warm-up (zen train)."),
+    "fig15_comm_speedup": ("Fig 15: communication-time speedup over AllReduce",
+                           "Median time per iteration spent in the DDP communication hook, AllReduce's over each "
+                           "scheme's, at the largest world size (zen train)."),
+    "fig16_hashing": ("Fig 16: hashing time vs r1 and k",
+                      "Time of the native hierarchical hashing kernel vs the parallel-region size factor r1 and "
+                      "the number of probes k, with the share of indices left to the serial region "
+                      "(zen kernels-bench)."),
+    "fig17_pull": ("Fig 17: pull encodings and speedup breakdown",
+                   "(a) bytes a worker pulls, per encoding, over the dense tensor's bytes, vs the post-aggregation "
+                   "density; (b) simulated speedup over AllReduce of range partitioning + COO (Sparse PS), "
+                   "hashing + COO and hashing + hash bitmap (Zen BP) (zen bench --backend sim --pull)."),
+    "fig18_loss": ("Fig 18: loss curves, Zen vs AllReduce",
+                   "Training loss per iteration at the largest world size; Zen is lossless, so the curves "
+                   "coincide (zen train)."),
 }
 
 
@@ -116,8 +151,32 @@ def figure_section(paths: list[str], out_dir: Path) -> list[str]:
     return lines
 
 
-def render(config: dict[str, Any], bench: pd.DataFrame | None, figures: list[str], wandb: dict | None,
-           out: Path, info: dict[str, Any]) -> str:
+def build_status(path: str | None) -> str:
+    if not path or not Path(path).exists():
+        return "not built by this pipeline"
+    text = Path(path).read_text()
+    status = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("status:")), "unknown")
+    return status
+
+
+def cpu_time(benchmarks: str | None) -> str:
+    """Total wall time of the pipeline's jobs by rule (Snakemake benchmark files), for the record."""
+    if not benchmarks or not Path(benchmarks).is_dir():
+        return ""
+    totals: dict[str, float] = {}
+    for tsv in Path(benchmarks).rglob("*.tsv"):
+        rule = tsv.relative_to(benchmarks).parts[0].removesuffix(".tsv")
+        try:
+            totals[rule] = totals.get(rule, 0.0) + float(pd.read_csv(tsv, sep="\t")["s"].iloc[-1])
+        except (KeyError, IndexError, ValueError, pd.errors.ParserError):
+            continue
+    top = sorted(totals.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{rule} {secs / 60:.1f} min" for rule, secs in top)
+
+
+def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: list[str], wandb: dict | None,
+           out: Path, info: dict[str, Any], build: str, job_time: str) -> str:
+    bench = frames.get("bench")
     lines = ["# Zen reproduction: results", "",
              "Generated by the Snakemake pipeline (`Snakefile`, docs/pipeline.md); do not edit by hand.", "",
              "## How this was produced", "",
@@ -128,13 +187,30 @@ def render(config: dict[str, Any], bench: pd.DataFrame | None, figures: list[str
              f"{info.get('memory_gib', '?')} GiB RAM, {', '.join(info['gpus']) or 'no GPU'}; "
              f"{info['platform']}, Python {info['python']}, torch {info['torch']}",
              f"- real-rank runs: backend {config.get('backend')}, launcher {config.get('launcher')}; "
-             f"network: {network(bench)}"]
+             f"network: {network(bench)}",
+             f"- native kernels: {build}"]
+    train = frames.get("training")
+    if train is not None and not train.empty:
+        links = sorted(set(train["bandwidth"].fillna("loopback")))
+        lines.append(f"- training runs: {', '.join(links)} links"
+                     + (" (zen train has no emulated-cluster option yet)" if links == ["loopback"] else ""))
     if wandb:
-        lines.append(f"- wandb: {len(wandb['runs'])} benchmark runs logged ({wandb['mode']}) in project "
-                     f"`{wandb['project']}`, group `{wandb['group']}`, under `{wandb['dir']}`")
+        lines.append(f"- wandb: {len(wandb['runs'])} benchmark runs and every training run logged ({wandb['mode']}) "
+                     f"in project `{wandb['project']}`, group `{wandb['group']}` (benchmarks under `{wandb['dir']}`, "
+                     "training under `results/train/<workload>/<scheme>/wandb`)")
+    if job_time:
+        lines.append(f"- job time by rule: {job_time}")
     lines.append("")
+    claims = all_claims(frames)
+    if claims:
+        counts = {v: sum(1 for c in claims if c["verdict"] == v) for v in ("match", "beat", "short", "n/a")}
+        lines += ["## The paper's claims next to ours", "",
+                  f"{counts['match']} match (within 25% or qualitatively), {counts['beat']} beat, "
+                  f"{counts['short']} fall short, {counts['n/a']} not comparable here. Our numbers come from one "
+                  "small machine unless the setting says otherwise; the paper's from 16 x 8 V100 at 25 Gbps.", "",
+                  *claims_markdown(claims), ""]
     if bench is not None and not bench.empty:
-        lines += ["## Headline numbers", "", *bench_headlines(bench), ""]
+        lines += ["## Headline numbers (microbenchmarks)", "", *bench_headlines(bench), ""]
     lines += ["## Figures", "", *figure_section(figures, out.parent)]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -142,15 +218,20 @@ def render(config: dict[str, Any], bench: pd.DataFrame | None, figures: list[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config-json", required=True, help="the resolved pipeline config as JSON")
-    parser.add_argument("--bench", default=None, help="aggregated microbenchmark CSV")
+    parser.add_argument("--aggregate-dir", required=True, help="folder of the aggregated CSVs")
     parser.add_argument("--figures", nargs="*", default=[])
+    parser.add_argument("--build", default=None, help="output of the build_kernels rule")
     parser.add_argument("--wandb", default=None, help="manifest written by wandb_log.py")
+    parser.add_argument("--benchmarks", default=None, help="Snakemake benchmark folder")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    bench = pd.read_csv(args.bench) if args.bench else None
+    frames = {key: pd.read_csv(Path(args.aggregate_dir, name)) for key, name in AGGREGATES.items()
+              if Path(args.aggregate_dir, name).exists()}
     wandb = json.loads(Path(args.wandb).read_text()) if args.wandb else None
     out = Path(args.out)
-    write_text(out, render(json.loads(args.config_json), bench, args.figures, wandb, out, machine()))
+    text = render(json.loads(args.config_json), frames, args.figures, wandb, out, machine(), build_status(args.build),
+                  cpu_time(args.benchmarks))
+    write_text(out, text)
     print(f"report -> {out}")
     return 0
 

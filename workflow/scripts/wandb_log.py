@@ -16,7 +16,9 @@ from common import read_jsonl, write_json
 
 def cell_name(rows: list[dict]) -> str:
     r = rows[0]
-    return f"bench-{r['backend']}-{r['pattern']}-n{r['world_size']}-d{r['density']:g}"
+    pulls = {o.get("pull") for o in r["config"].get("options", {}).values()} - {None}
+    pull = f"-pull_{'_'.join(sorted(pulls))}" if pulls else ""
+    return f"bench-{r['backend']}-{r['pattern']}-n{r['world_size']}-d{r['density']:g}{pull}"
 
 
 def log_file(path: str, args: argparse.Namespace) -> dict:

@@ -122,14 +122,12 @@ class Bench:
         copy_gbps = 2 * self.bytes / copy_t / 1e9
         rows = [{"op": "memory copy", "device": str(self.device), "numel": self.numel, "native_ms": copy_t * 1e3,
                  "GBps": copy_gbps}]
-        del dst
         nnz = int(self.index.numel())
         rows.append(self.row("extract (dense scan)", self._extract, scanned=self.bytes, nnz=nnz))
         parts = self._hash(self.index)
         rows.append(self.row("hash (Alg. 1)", lambda: self._hash(self.index), nnz=nnz,
                              serial_pct=100.0 * parts.serial / max(nnz, 1)))
-        rows.append(self.row("extract + hash", lambda: self._hash(self._extract()[0]), scanned=self.bytes,
-                             nnz=nnz))
+        rows.append(self.row("extract + hash", lambda: self._hash(self._extract()[0]), nnz=nnz))
         for r in rows[1:]:
             if r.get("GBps"):
                 r["pct_of_copy"] = 100.0 * r["GBps"] / copy_gbps
@@ -175,10 +173,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         note = ", ".join(f"{k}={r[k]:.3g}" if isinstance(r[k], float) else f"{k}={r[k]}"
                          for k in ("nnz", "rows", "serial_pct") if k in r)
+        speedup = "-" if r.get("speedup") is None else f"{r['speedup']:.1f}x"
+        pct = "-" if r.get("pct_of_copy") is None else f"{r['pct_of_copy']:.0f}%"
         print(f"{r['op']:<26} {_fmt(r.get('native_ms'), '10.2f')} {_fmt(r.get('reference_ms'), '12.2f')} "
-              f"{_fmt(r.get('speedup'), '7.1f') + ('x' if r.get('speedup') else ''):>8} "
-              f"{_fmt(r.get('GBps'), '7.2f')} {_fmt(r.get('pct_of_copy'), '6.0f') + ('%' if r.get('pct_of_copy') else ''):>7}"
-              f"  {note}")
+              f"{speedup:>8} {_fmt(r.get('GBps'), '7.2f')} {pct:>7}  {note}")
 
 
 def run(args: argparse.Namespace) -> int:

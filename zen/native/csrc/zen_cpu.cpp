@@ -477,7 +477,7 @@ Tensor decode_hash_bitmap(const Tensor& payload_in, const Tensor& members_in) {
   const int64_t L = members.numel();
   check_payload(payload, L);
   const uint8_t* bytes = payload.data_ptr<uint8_t>();
-  const Chunks chunks(payload.numel(), kGrain);
+  const Chunks chunks(payload.numel(), kGrain * 8);  // 8 bits per byte, cheap work per byte
   int64_t total = 0;
   const std::vector<int64_t> base = bitmap_chunk_bases(bytes, chunks, L, &total);
   Tensor ids = at::empty({total}, members.options());
@@ -505,7 +505,7 @@ void scatter_hash_bitmap(Tensor& out, const Tensor& payload_in, const Tensor& me
   TORCH_CHECK(values.scalar_type() == out.scalar_type(), "zen native: values dtype ", values.scalar_type(),
               " != out dtype ", out.scalar_type());
   const uint8_t* bytes = payload.data_ptr<uint8_t>();
-  const Chunks chunks(payload.numel(), std::max<int64_t>(1, kGrain / std::max<int64_t>(D, 1)));
+  const Chunks chunks(payload.numel(), std::max<int64_t>(1, kGrain * 8 / std::max<int64_t>(D, 1)));
   int64_t total = 0;
   const std::vector<int64_t> base = bitmap_chunk_bases(bytes, chunks, L, &total);
   TORCH_CHECK(values.numel() == total * D, "zen native: ", values.numel(), " values for ", total, " rows of width ",

@@ -1,0 +1,248 @@
+"""Native kernels == torch-op reference (ZEN_NATIVE=0): hash values, partition membership, S_j, hash
+bitmap bytes, decode, scatter and whole zen-bp syncs, for fp32 / bf16 / fp16 (and fp64) values, int32 /
+int64 indices and adversarial inputs; plus the nvcc compile-only check of the CUDA kernels."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import ModuleType
+
+import pytest
+import torch
+
+import zen
+from zen import encoding, hashing, native
+from zen.native import compile_check
+from zen.types import LocalGrad
+
+VALUE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_pool = ThreadPoolExecutor(max_workers=1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nvcc_check(request: pytest.FixtureRequest) -> Future | None:
+    """Starts the nvcc compile check in the background (when selected) to overlap the CPU build."""
+    selected = any(item.name == "test_cuda_kernels_compile_with_nvcc" for item in request.session.items)
+    return _pool.submit(compile_check.check) if selected and compile_check.find_nvcc() else None
+
+
+@pytest.fixture(autouse=True)
+def _native_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ZEN_NATIVE", raising=False)  # a global ZEN_NATIVE=0 would compare reference to itself
+
+
+@pytest.fixture(scope="session")
+def ext() -> ModuleType:
+    """The CPU extension, built once per session (cached on disk across sessions)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("ZEN_NATIVE", raising=False)
+        module = native.get("cpu")
+    if module is None:
+        pytest.fail("the native CPU extension did not build: run `zen build --verbose`")
+    return module
+
+
+def _family(seed: int = 7, k: int = 3) -> hashing.HashFamily:
+    return hashing.HashFamily.from_seed(seed, k)
+
+
+def _members(parts: hashing.Partitions, index: torch.Tensor) -> list[list[int]]:
+    """Sorted row ids per partition (order inside a partition is free)."""
+    return [sorted(index[p].tolist()) for p in parts.order.split(parts.counts)]
+
+
+def _adversarial_indices(dtype: torch.dtype) -> list[torch.Tensor]:
+    top = torch.iinfo(dtype).max if dtype == torch.int32 else 2**32 - 1
+    g = torch.Generator().manual_seed(3)
+    rnd = torch.randint(0, top, (20_000,), generator=g, dtype=torch.int64).unique()
+    return [
+        torch.empty(0, dtype=dtype),
+        torch.tensor([0], dtype=dtype),
+        torch.tensor([top], dtype=dtype),
+        torch.tensor([0, 1, 2, top - 1, top], dtype=dtype),
+        torch.arange(0, 5000, dtype=dtype),  # dense run of small ids, index 0 included
+        torch.tensor([5, 5, 5, 0, 0], dtype=dtype),  # duplicates: each position is its own row
+        rnd.to(dtype),
+    ]
+
+
+def test_hash_values_bit_exact(ext: ModuleType) -> None:
+    family = _family(k=5)
+    for dtype in (torch.int32, torch.int64):
+        for index in _adversarial_indices(dtype):
+            got = native.hash_values(index, family)
+            want = torch.stack([family.hash32(index, level) for level in range(family.k + 1)])
+            assert torch.equal(got, want.view(family.k + 1, -1)), dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("n", [1, 3, 16])
+def test_partition_membership_matches_reference(ext: ModuleType, dtype: torch.dtype, n: int) -> None:
+    family = _family()
+    for index in _adversarial_indices(dtype):
+        for r1_factor, r2_ratio in ((2.0, 0.1), (0.05, 0.01)):  # paper sizes, and full serial regions
+            fast = hashing.hierarchical_hash(index, n, family, r1_factor, r2_ratio)
+            with native.disabled():
+                ref = hashing.hierarchical_hash(index, n, family, r1_factor, r2_ratio)
+            assert fast.counts == ref.counts
+            assert sorted(fast.order.tolist()) == list(range(index.numel()))  # lossless, each row once
+            assert _members(fast, index) == _members(ref, index)
+            if r1_factor < 1 and index.numel() > 1000:
+                assert fast.serial > 0  # the overflow path really ran
+
+
+def test_nonzero_rows_match_reference(ext: ModuleType) -> None:
+    g = torch.Generator().manual_seed(5)
+    for dtype in VALUE_DTYPES:
+        for M, D in ((0, 1), (1, 1), (1000, 1), (4099, 1), (777, 3)):
+            cases = [torch.zeros(M, D, dtype=dtype), torch.ones(M, D, dtype=dtype)]  # empty, full density
+            sparse = torch.zeros(M, D, dtype=dtype)
+            mask = torch.rand(M, generator=g) < 0.07
+            sparse[mask, D - 1] = torch.randn(int(mask.sum()), generator=g).to(dtype)
+            if M:
+                sparse[0, 0] = 1  # index 0
+                sparse[-1, -1] = -3  # last index
+                sparse[M // 2, 0] = -0.0  # negative zero is zero
+                sparse[M // 3, 0] = float("nan")  # NaN is non-zero
+                sparse[M // 4, 0] = torch.finfo(dtype).tiny / 2  # subnormal is non-zero
+                sparse[M // 5, 0] = float("-inf")
+            cases.append(sparse)
+            for dense in cases:
+                got = LocalGrad(M, D, dtype, dense.device, dense=dense).rows()
+                with native.disabled():
+                    want = LocalGrad(M, D, dtype, dense.device, dense=dense).rows()
+                assert torch.equal(got[0], want[0]) and got[0].dtype == torch.int64
+                assert got[1].shape == want[1].shape and got[1].dtype == dtype
+                assert torch.equal(got[1].view(torch.uint8), want[1].view(torch.uint8))  # bits, NaN included
+
+
+@pytest.mark.parametrize("num_rows", [0, 1, 7, 100_003])
+def test_server_rows_match_reference(ext: ModuleType, num_rows: int) -> None:
+    for n in (1, 3, 16):
+        fast = native.server_rows(num_rows, n, _family(), "cpu")
+        with native.disabled():
+            ref = hashing._server_rows_cached.__wrapped__(num_rows, n, _family().seed, "cpu")
+        assert fast is not None
+        assert fast[1] == ref[1]
+        assert torch.equal(fast[0], ref[0]) and fast[0].dtype == ref[0].dtype
+
+
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def test_hash_bitmap_encode_decode_scatter(ext: ModuleType, dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(11)
+    for M, D, density in ((1, 1, 1.0), (13, 1, 0.5), (10_007, 1, 0.3), (3001, 4, 0.2), (64, 1, 0.0), (999, 1, 1.0)):
+        out = torch.zeros(M, D, dtype=dtype)
+        mask = torch.rand(M, generator=g) < density
+        out[mask] = torch.randn(int(mask.sum()), D, generator=g).to(dtype)
+        if M > 2:
+            out[1, 0] = -0.0
+        all_members, offsets = hashing.server_rows(M, 3, _family(), out.device)
+        for j in range(3):
+            for idx_dtype in (torch.int32, torch.int64):
+                members = all_members[offsets[j] : offsets[j + 1]].to(idx_dtype)
+                (payload, values), count = encoding.encode("hash_bitmap", out, members, torch.int32)
+                with native.disabled():
+                    (ref_payload, ref_values), ref_count = encoding.encode("hash_bitmap", out, members, torch.int32)
+                assert torch.equal(payload, ref_payload) and count == ref_count
+                assert torch.equal(values.view(torch.uint8), ref_values.view(torch.uint8))
+                ids = encoding.decoder("hash_bitmap", M)(payload, members)
+                with native.disabled():
+                    ref_ids = encoding.decoder("hash_bitmap", M)(payload, members)
+                assert torch.equal(ids, ref_ids) and ids.dtype == ref_ids.dtype
+                got = torch.full_like(out, 9)
+                assert native.scatter_hash_bitmap(got, payload, members, values)
+                want = torch.full_like(out, 9).index_copy_(0, ref_ids.long(), ref_values)
+                assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_decode_ignores_padding_bits(ext: ModuleType) -> None:
+    members = torch.arange(11, dtype=torch.int32)
+    payload = torch.tensor([0b10000001, 0xFF], dtype=torch.uint8)  # bits 11..15 lie past the 11 members
+    assert native.decode_hash_bitmap(payload, members).tolist() == [0, 7, 8, 9, 10]
+    with native.disabled():
+        assert encoding.decoder("hash_bitmap", 11)(payload, members).tolist() == [0, 7, 8, 9, 10]
+
+
+def _simulate_both(tensors: list[torch.Tensor], **options) -> tuple[zen.SimResult, zen.SimResult]:
+    hashing._server_rows_cached.cache_clear()
+    fast = zen.simulate("zen-bp", tensors, seed=1, **options)
+    hashing._server_rows_cached.cache_clear()
+    with native.disabled():
+        ref = zen.simulate("zen-bp", tensors, seed=1, **options)
+    hashing._server_rows_cached.cache_clear()
+    return fast, ref
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_simulate_zen_bp_native_equals_reference(ext: ModuleType, dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(2)
+    M, P = 50_000, 4
+    tensors = []
+    for r in range(P):
+        t = torch.zeros(M, dtype=dtype)
+        idx = torch.randint(0, M, (M // 50,), generator=g)
+        t[idx] = torch.randn(idx.numel(), generator=g).to(dtype)
+        t[0], t[-1] = r + 1, -(r + 1)  # first and last index on every rank
+        tensors.append(t)
+    tensors[1].zero_()  # a rank with nothing to send
+    for pull in ("hash_bitmap", "coo"):
+        fast, ref = _simulate_both(tensors, pull=pull)
+        for a, b in zip(fast.outputs, ref.outputs, strict=True):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        assert fast.bytes_sent == ref.bytes_sent and fast.bytes_received == ref.bytes_received
+        assert [s.push_counts for s in fast.stats] == [s.push_counts for s in ref.stats]
+        assert [s.server_count for s in fast.stats] == [s.server_count for s in ref.stats]
+
+
+def test_simulate_zen_bp_sparse_rows(ext: ModuleType) -> None:
+    """Sparse COO input (rows of width 8, duplicates summed) through native hashing and bitmap."""
+    g = torch.Generator().manual_seed(4)
+    tensors = []
+    for _ in range(3):
+        rows = torch.randint(0, 2000, (300,), generator=g)
+        rows[0] = 0
+        tensors.append(torch.sparse_coo_tensor(rows.view(1, -1), torch.randn(300, 8, generator=g), (2000, 8),
+                                               check_invariants=True))
+    fast, ref = _simulate_both(tensors)
+    for a, b in zip(fast.outputs, ref.outputs, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_disabled_and_failed_build_fall_back(ext: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    with native.disabled():
+        assert native.get("cpu") is None
+        assert native.nonzero_rows(torch.ones(3, 1)) is None
+    assert native.get("meta") is None
+
+    def broken(kind: str, verbose: bool = False) -> ModuleType:
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setattr("zen.native.build.load_extension", broken)
+    with caplog.at_level(logging.WARNING, logger="zen.native"):
+        assert native.get("cpu") is None
+        assert native.get("cpu") is None
+        t = torch.zeros(100)
+        t[3] = 1
+        assert zen.simulate("zen-bp", [t, t]).outputs[0][3] == 2  # torch-op path still works
+    warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(warnings) == 1 and "no compiler here" in warnings[0].getMessage()
+
+
+def test_kernels_bench_cli(ext: ModuleType, tmp_path, capsys: pytest.CaptureFixture) -> None:
+    from zen.cli import main
+
+    out = tmp_path / "rows.json"
+    assert main(["kernels-bench", "--numel", "65536", "--repeats", "1", "--json", str(out)]) == 0
+    assert main(["kernels-bench", "--numel", "65536", "--repeats", "1", "--sweep", "k", "--values", "1", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "extract + hash" in text and "hash, k=3" in text and out.exists()
+
+
+def test_cuda_kernels_compile_with_nvcc(nvcc_check: Future | None) -> None:
+    if nvcc_check is None:
+        pytest.skip("nvcc not found")
+    outcome = nvcc_check.result(timeout=600)
+    assert outcome.ok, outcome.message

@@ -1,0 +1,153 @@
+"""The Snakemake pipeline: dry runs of both configs (the paper one with the SLURM profile) and unit tests
+of the aggregation, figure, claims and report scripts on tiny fake inputs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "workflow" / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import aggregate  # noqa: E402
+import claims  # noqa: E402
+import figures  # noqa: E402
+import report  # noqa: E402
+
+SCHEMES = ["allreduce", "agsparse", "sparcml", "zen"]
+
+
+def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
+    """`snakemake -n` in an empty copy of the repository (links), so the state of results/ and of a pipeline
+    running meanwhile never matters; returns the job count per rule and the printed plan."""
+    for name in ("Snakefile", "workflow", "zen"):
+        (workdir / name).symlink_to(REPO / name)
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "2", *args]
+    done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stats = done.stdout.split("Job stats:", 1)[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)}, done.stdout
+
+
+def test_default_config_dry_run(tmp_path):
+    jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml")
+    for rule in ("build_kernels", "profile_sparsity", "simulate_scale", "simulate_microbench", "measure_microbench",
+                 "simulate_pull_encoding", "bench_kernels", "train_workload", "plot_figure", "write_report"):
+        assert jobs.get(rule, 0) >= 1, (rule, jobs)
+    assert jobs["plot_figure"] == len(figures.FIGURES)
+
+
+def test_paper_config_dry_run_with_slurm_profile(tmp_path):
+    jobs, plan = dry_run(tmp_path, "--profile", "workflow/profiles/slurm", "--configfile", "workflow/config/paper.yaml",
+                         "-p", "results/train/lstm/zen/n32.json")
+    assert jobs == {"build_kernels": 1, "train_workload": 1, "total": 2}
+    assert "nodes=4" in plan and "gres=gpu:8" in plan and "tasks_per_gpu" not in plan
+    assert "srun --nodes=4 --ntasks-per-node=1" in plan and "--nnodes=4 --nproc-per-node=8" in plan
+
+
+def test_bad_config_is_rejected(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backend: mpi\n")
+    for name in ("Snakefile", "workflow"):
+        (tmp_path / name).symlink_to(REPO / name)
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(bad)]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "backend" in done.stdout + done.stderr
+
+
+# ---- scripts on fake data ------------------------------------------------------------------------
+
+def bench_rows(backend: str = "sim", pull: str | None = None) -> list[dict]:
+    rows = []
+    for n in (4, 8):
+        for i, s in enumerate(SCHEMES):
+            t = 10.0 / (i + 1)
+            rows.append({"scheme": s, "backend": backend, "world_size": n, "numel": 1000, "density": 0.01,
+                         "pattern": "random", "dtype": "fp32", "bandwidth": None, "union_density": 0.04,
+                         "bytes_received_max": 4000 // (i + 1), "time_ms_median": t, "time_ms_p99": 1.2 * t,
+                         "time_source": "bytes/bandwidth", "speedup_vs_allreduce": 10.0 / t, "correct": True,
+                         "times_ms": [t], "phases_received_max": {"pull": 100 * (i + 1), "meta": 8},
+                         "config": {"options": {s: {"pull": pull}} if pull and s == "zen" else {}}})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_bench_aggregation_flattens_phases_and_pull(tmp_path):
+    frame = aggregate.bench_frame([str(write_jsonl(tmp_path / "a.jsonl", bench_rows(pull="coo")))])
+    assert len(frame) == 8 and {"rx_pull", "rx_meta", "pull", "times_ms"} <= set(frame.columns)
+    assert set(frame.loc[frame["scheme"] == "zen", "pull"]) == {"coo"}
+    assert frame["bandwidth"].isna().all()  # sim rows have no link
+    real = aggregate.bench_frame([str(write_jsonl(tmp_path / "b.jsonl", bench_rows("gloo")))])
+    assert set(real["bandwidth"]) == {"loopback"}
+
+
+def test_train_aggregation(tmp_path):
+    report_json = {"config": {"workload": "lstm", "preset": "tiny", "world_size": 2, "steps": 3, "warmup": 1,
+                              "backend": "gloo", "device": "cpu"},
+                   "runs": [{"scheme": s, "summary": {"samples_per_s": 100.0 * (i + 1), "iters_per_s": 1.0,
+                                                      "iter_s_median": 0.1, "hook_s_median": 0.05 / (i + 1),
+                                                      "compute_s_median": 0.05, "final_loss": 1.0},
+                             "steps": {"loss": [3.0, 2.0, 1.0], "iter_s": [0.1, 0.1, 0.1]}}
+                            for i, s in enumerate(["allreduce", "zen"])]}
+    path = tmp_path / "n2.json"
+    path.write_text(json.dumps(report_json))
+    runs, steps = aggregate.train_frames([str(path)])
+    assert list(runs["scheme"]) == ["allreduce", "zen"] and len(steps) == 6
+    rows = claims.training_claims({"training": runs, "steps": steps})
+    loss = next(r for r in rows if r["claim"].startswith("Fig 18"))
+    assert loss["verdict"] == "match"
+
+
+@pytest.mark.parametrize("kind", ["microbench_sim", "microbench_real"])
+def test_microbench_figures_write_png_and_csv(tmp_path, kind):
+    backend = "sim" if kind.endswith("sim") else "gloo"
+    frame = aggregate.bench_frame([str(write_jsonl(tmp_path / "a.jsonl", bench_rows(backend)))])
+    csv = tmp_path / "agg.csv"
+    frame.to_csv(csv, index=False)
+    out = tmp_path / "fig" / f"{kind}.png"
+    assert figures.main([kind, "--csv", str(csv), "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    drawn = pd.read_csv(out.with_suffix(".csv"))
+    assert set(drawn["scheme"]) == set(SCHEMES)
+
+
+def test_scale_figure_and_claims(tmp_path):
+    rows = []
+    for n in (2, 32, 128):
+        for s, norm in (("allreduce", 1.0), ("agsparse", n / 40), ("zen-bp", 0.5), ("bp-without-index", 0.25)):
+            rows.append({"scheme": s, "world_size": n, "normalized": norm, "density": 0.0247, "source": "zipf"})
+    frame = pd.DataFrame(rows)
+    csv = tmp_path / "scale.csv"
+    frame.to_csv(csv, index=False)
+    assert figures.main(["fig8_scale", "--csv", str(csv), "--out", str(tmp_path / "f8.png")]) == 0
+    got = {r["claim"]: r for r in claims.scale_claims({"scale": frame})}
+    assert got["Fig 8: AGsparse worse than AllReduce above ~40 GPUs"]["ours"] == "from 128 GPUs"
+    assert got["Fig 8: BP without index = BP / 2"]["verdict"] == "match"
+
+
+def test_colours_are_fixed_per_scheme():
+    from common import color
+
+    assert color("zen") != color("allreduce")
+    assert color("some-new-scheme") == color("some-new-scheme")
+
+
+def test_report_renders_without_optional_stages(tmp_path):
+    frame = aggregate.bench_frame([str(write_jsonl(tmp_path / "a.jsonl", bench_rows()))])
+    info = {"host": "h", "cpu": "c", "cpus": 2, "memory_gib": 1, "gpus": [], "platform": "p", "python": "3",
+            "torch": "t"}
+    text = report.render({"run_name": "t", "backend": "gloo", "launcher": "spawn"}, {"bench": frame}, [], None,
+                         tmp_path / "README.md", info, "status: built", "")
+    assert "## The paper's claims next to ours" in text and "| n/a |" in text
+    assert "Zen 4.00x" in text  # zen is the 4th scheme: 10 / 2.5

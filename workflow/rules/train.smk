@@ -1,0 +1,42 @@
+"""End-to-end data-parallel training (`zen train`) per workload x scheme x world size: Fig 11, 15, 18."""
+
+
+rule train_workload:
+    """One DDP run; the CLI writes its JSON atomically and logs to wandb under the pipeline's group."""
+    input:
+        BUILD_STAMP,
+    output:
+        RESULTS + "/train/{workload}/{scheme}/n{world_size}.json",
+    log:
+        LOGS + "/train_workload/{workload}/{scheme}/n{world_size}.log",
+    benchmark:
+        BENCHMARKS + "/train_workload/{workload}/{scheme}/n{world_size}.tsv"
+    threads: lambda wildcards: int(wildcards.world_size)  # one core per local rank
+    resources:
+        nodes=nodes_for,
+    params:
+        launch=train_launch,
+        preset=config["train"]["preset"],
+        steps=config["train"]["steps"],
+        warmup=config["train"]["warmup"],
+        seed=config["seed"],
+        backend=config["backend"],
+        wandb=wandb_flags(),
+    shell:
+        "{params.launch} --workload {wildcards.workload} --preset {params.preset} --scheme {wildcards.scheme}"
+        " --steps {params.steps} --warmup {params.warmup} --seed {params.seed} --backend {params.backend}"
+        " {params.wandb} --out {output} > {log} 2>&1"
+
+
+rule aggregate_training:
+    input:
+        train_outputs(),
+    output:
+        runs=AGG + "/training.csv",
+        steps=AGG + "/training_steps.csv",
+    log:
+        LOGS + "/aggregate_training.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_training.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py train --out {output.runs} --steps-out {output.steps} {input} > {log} 2>&1"

@@ -1,0 +1,203 @@
+"""The paper's claims (spec zen.md section 6) next to the same metric measured by this pipeline.
+
+Each check reads the aggregated frames and returns one row: claim, paper's number, ours, our setting,
+verdict (match / beat / short / n/a) and why. A missing stage gives "n/a", never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+Frames = dict[str, pd.DataFrame]
+Claim = dict[str, Any]
+
+# Table 1 per-GPU densities; our workloads stand in for the paper's (GPT-2 for the NMT text model).
+PAPER_DENSITY = {"lstm": ("LSTM", 0.0113), "dlrm": ("DeepFM", 0.0280), "gpt2": ("NMT", 0.0247),
+                 "bert": ("BERT", 0.0106)}
+PAPER_FIG11 = {"allreduce": 3.1, "sparcml": 1.67, "omnireduce": 2.48}  # LSTM, 16 machines, 25 Gbps
+PAPER_FIG15 = {"lstm": 6.77, "dlrm": 2.10}  # Zen comm-time speedup over AllReduce
+TOLERANCE = 0.25  # within 25% of the paper's number counts as a match
+
+
+def verdict(ours: float | None, paper: float, higher_is_better: bool = True) -> str:
+    if ours is None or pd.isna(ours):
+        return "n/a"
+    if abs(ours - paper) <= TOLERANCE * abs(paper):
+        return "match"
+    return "beat" if (ours > paper) == higher_is_better else "short"
+
+
+def _row(claim: str, paper: str, ours: str, setting: str, result: str, why: str) -> Claim:
+    return {"claim": claim, "paper": paper, "ours": ours, "setting": setting, "verdict": result, "why": why}
+
+
+def _missing(claim: str, paper: str, stage: str) -> Claim:
+    return _row(claim, paper, "-", f"{stage} not run in this configuration", "n/a", "")
+
+
+def density_claims(f: Frames) -> list[Claim]:
+    s = f.get("sparsity")
+    if s is None or s.empty:
+        return [_missing("Table 1: per-GPU embedding-gradient density", "1.06-2.80%", "profile")]
+    out = []
+    for _, r in s.sort_values("workload").iterrows():
+        name, paper = PAPER_DENSITY.get(r["workload"], (r["workload"], None))
+        if paper is None:
+            continue
+        ratio = r["density"] / paper
+        result = "match" if 0.5 <= ratio <= 2 else "short"
+        out.append(_row(f"Table 1: {name} per-GPU density", f"{paper:.2%}", f"{r['density']:.2%}",
+                        f"{r['workload']} preset {r['preset']}, batch {r['local_batch_size']}, {r['workers']} workers",
+                        result, "same order of magnitude (within 2x)" if result == "match" else
+                        "smaller vocabulary / batch than the paper's model changes the fraction of rows touched"))
+        out.append(_row(f"Fig 2b: {name} gamma^n grows sub-linearly", "BERT 1.06% -> 40.8% at 128 GPUs (gamma ~38)",
+                        f"gamma^{int(r['union_n'])} = {r['gamma_n']:.2f} ({r['union_density']:.2%} after summing)",
+                        f"{int(r['union_n'])} emulated workers", "match" if r["gamma_n"] < r["union_n"] else "short",
+                        "overlapping non-zeros: the union is smaller than n x one worker's"))
+    return out
+
+
+def scale_claims(f: Frames) -> list[Claim]:
+    s = f.get("scale")
+    if s is None or s.empty:
+        return [_missing("Fig 8: comm time vs #GPUs", "only BP beats AllReduce at 128 GPUs", "scale")]
+    s = s[s["source"] == s["source"].iloc[0]]
+    setting = f"zen scale, {s['source'].iloc[0]} pattern, density {s['density'].iloc[0]:.2%}, exact bytes / 25 Gbps"
+    n_max = int(s["world_size"].max())
+    at = s[s["world_size"] == n_max].set_index("scheme")["normalized"]
+    ag = s[(s["scheme"] == "agsparse") & (s["normalized"] > 1)]["world_size"]
+    cross = int(ag.min()) if len(ag) else None
+    beaters = sorted(at[(at < 1) & ~at.index.isin(["bp-without-index"])].index)
+    bp = at.get("zen-bp")
+    rows = [
+        _row("Fig 8: AGsparse worse than AllReduce above ~40 GPUs", "~40 GPUs",
+             f"from {cross} GPUs" if cross else f"never up to {n_max}", setting,
+             "match" if cross and 16 <= cross <= 64 else "short",
+             "all-gather traffic grows with n while AllReduce's stays ~2x the tensor"),
+        _row(f"Fig 8: at {n_max} GPUs only BP beats AllReduce", "BP only, -36% (0.64x time)",
+             f"{', '.join(beaters) or 'none'}; BP {bp:.2f}x time" if bp is not None else "-", setting,
+             verdict(bp, 0.64, higher_is_better=False) if n_max == 128 else "n/a",
+             "lower is better; our synthetic zipf sets overlap more than NMT's, so BP sends less" if bp is not None
+             and bp < 0.64 * (1 - TOLERANCE) else "BP's bytes follow the union density"),
+    ]
+    if "bp-without-index" in at and bp:
+        ratio = at["bp-without-index"] / bp
+        rows.append(_row("Fig 8: BP without index = BP / 2", "0.5", f"{ratio:.2f}", setting,
+                         verdict(ratio, 0.5, higher_is_better=False),
+                         "index share of BP's payload depends on row width (values per index)"))
+    return rows
+
+
+def _ratio(df: pd.DataFrame, value: str, num: str, den: str) -> float | None:
+    by = df.set_index("scheme")[value]
+    return by[num] / by[den] if num in by and den in by and by[den] else None
+
+
+def training_claims(f: Frames) -> list[Claim]:
+    t = f.get("training")
+    if t is None or t.empty:
+        return [_missing("Fig 11: LSTM throughput", "3.1x over AllReduce", "train")]
+    n = int(t["world_size"].max())
+    top = t[t["world_size"] == n]
+    rows = []
+    lstm = top[top["workload"] == "lstm"]
+    setting = (f"lstm {lstm['preset'].iloc[0] if len(lstm) else '-'}, {n} {top['backend'].iloc[0]} ranks on one "
+               f"machine, {top['bandwidth'].iloc[0]}")
+    why = ("tiny model on a 2-core CPU: compute and Python overheads dominate, not the network"
+           if top["device"].iloc[0] == "cpu" else "")
+    for base, paper in PAPER_FIG11.items():
+        ours = _ratio(lstm, "samples_per_s", "zen", base) if len(lstm) else None
+        rows.append(_row(f"Fig 11: LSTM throughput, Zen over {base}", f"{paper}x (16 machines, 25 Gbps)",
+                         "-" if ours is None else f"{ours:.2f}x", setting, verdict(ours, paper), why))
+    for workload, paper in PAPER_FIG15.items():
+        cell = top[top["workload"] == workload]
+        ours = _ratio(cell, "hook_ms", "allreduce", "zen") if len(cell) else None
+        rows.append(_row(f"Fig 15: {workload} comm-time speedup of Zen over AllReduce", f"{paper}x",
+                         "-" if ours is None else f"{ours:.2f}x", f"time in the DDP hook, {n} ranks",
+                         verdict(ours, paper), why))
+    steps = f.get("steps")
+    if steps is not None and not steps.empty:
+        s = steps[steps["world_size"] == steps["world_size"].max()]
+        pivot = s[s["scheme"].isin(["zen", "allreduce"])].pivot_table(index=["workload", "step"], columns="scheme",
+                                                                       values="loss")
+        if {"zen", "allreduce"} <= set(pivot.columns):
+            diff = float((pivot["zen"] - pivot["allreduce"]).abs().max())
+            rows.append(_row("Fig 18: identical loss curves, Zen vs AllReduce", "identical",
+                             f"max |loss difference| {diff:.2e}", f"{', '.join(sorted(s['workload'].unique()))}",
+                             "match" if diff < 1e-3 else "short",
+                             "lossless: the sum differs from AllReduce's only in float summation order"))
+    return rows
+
+
+def kernel_claims(f: Frames) -> list[Claim]:
+    k = f.get("kernels")
+    if k is None or k.empty:
+        return [_missing("Fig 16: r1 = 2|G|d_G best", "r1 = 2", "kernels")]
+    rows = []
+    r1 = k[k["sweep"] == "r1"]
+    if len(r1):
+        best = r1.loc[r1["native_ms"].idxmin(), "r1_factor"]
+        rows.append(_row("Fig 16a: hashing fastest at r1 = 2|G|d_G", "r1 = 2", f"r1 = {best:g}",
+                         f"{r1['device'].iloc[0]}, {int(r1['nnz'].iloc[0]):,} non-zeros",
+                         "match" if 1 <= best <= 2 else "short",
+                         "smaller r1 sends more indices to the serial region; larger r1 costs memory traffic"))
+    kk = k[k["sweep"] == "k"].set_index("k")
+    if 3 in kk.index and 4 in kk.index:
+        ratio = kk.loc[3, "native_ms"] / kk.loc[4, "native_ms"]
+        rows.append(_row("Fig 16b: k = 3 about as fast as k = 4", "~1.0", f"{ratio:.2f}", f"{kk['device'].iloc[0]}",
+                         verdict(ratio, 1.0), "more probes shrink the serial region but cost a hash each"))
+    return rows
+
+
+def pull_claims(f: Frames) -> list[Claim]:
+    p = f.get("pull")
+    if p is None or p.empty:
+        return [_missing("Fig 17b: hashing + COO speedup (LSTM)", "2.74x", "pull")]
+    cell = p[(p["density"] - 0.0113).abs() < 1e-9]
+    if cell.empty:
+        cell = p[p["density"] == p["density"].iloc[0]]
+    d = cell["density"].iloc[0]
+    by = {(s, pl if isinstance(pl, str) else None): v for s, pl, v in
+          zip(cell["scheme"], cell["pull"], cell["speedup_vs_allreduce"], strict=True)}
+    coo, hb = by.get(("zen-bp", "coo")), by.get(("zen-bp", "hash_bitmap"))
+    setting = f"zen bench sim, {int(cell['world_size'].iloc[0])} ranks, density {d:.2%}, bytes / 25 Gbps"
+    rows = [_row("Fig 17b: hashing + COO speedup over AllReduce (LSTM)", "2.74x",
+                 "-" if coo is None else f"{coo:.2f}x", setting, verdict(coo, 2.74),
+                 "algorithmic (bytes only): no compute or latency, 8 ranks instead of 128")]
+    if coo and hb:
+        gain = hb / coo - 1
+        rows.append(_row("Fig 17b: hash bitmap adds over COO (LSTM)", "+13%", f"{gain:+.0%}", setting,
+                         verdict(gain, 0.13), "the bitmap pays off when the union is dense enough"))
+    return rows
+
+
+def headline_claims(f: Frames) -> list[Claim]:
+    t = f.get("training")
+    rows = []
+    if t is not None and not t.empty:
+        base = t[t["scheme"] == "allreduce"].set_index(["workload", "world_size"])["hook_ms"]
+        zen = t[t["scheme"] == "zen"].set_index(["workload", "world_size"])["hook_ms"]
+        speed = (base / zen).dropna()
+        if len(speed):
+            best = speed.idxmax()
+            rows.append(_row("Headline: up to 5.09x communication speedup", "5.09x", f"{speed.max():.2f}x",
+                             f"{best[0]}, {best[1]} ranks (time in the DDP hook)", verdict(speed.max(), 5.09), ""))
+    return rows
+
+
+CHECKS: list[Callable[[Frames], list[Claim]]] = [density_claims, scale_claims, training_claims, kernel_claims,
+                                                 pull_claims, headline_claims]
+
+
+def all_claims(frames: Frames) -> list[Claim]:
+    return [row for check in CHECKS for row in check(frames)]
+
+
+def markdown(rows: list[Claim]) -> list[str]:
+    lines = ["| claim (paper) | paper | ours | our setting | verdict | why |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['claim']} | {r['paper']} | {r['ours']} | {r['setting']} | {r['verdict']} | {r['why']} |"
+              for r in rows]
+    return lines
