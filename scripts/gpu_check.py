@@ -180,7 +180,7 @@ def main() -> int:
     torch.cuda.empty_cache()
     timing = argparse.Namespace(device="cuda", numel=args.numel, density=args.density, servers=16,
                                 dtype="float32", k=3, r1_factor=2.0, r2_ratio=0.1, repeats=5, no_reference=False,
-                                seed=0)
+                                threads=None, seed=0)
     rows = bench.Bench(timing, dev).main_rows()
     print(f"\n# checks ({time.perf_counter() - start:.0f} s total)")
     for name, status, why in results:

@@ -197,7 +197,7 @@ def train_run(cfg: TrainConfig, scheme: str, device: torch.device) -> dict[str, 
     batches = work.batches(rank, world, cfg.seed)
     rec: dict[str, list] = {k: [] for k in ("loss", "iter_s", "hook_s", "compute_s", "bytes_sent",
                                             "bytes_received", "embedding_bytes_received", "embedding_nnz",
-                                            "choice")}
+                                            "embedding_parts", "choice")}
     for _ in range(cfg.steps):
         batch = _to_device(next(batches), device)
         _sync_device(device)
@@ -238,7 +238,8 @@ def _register_hook(ddp: DistributedDataParallel, scheme: str, sparse: list[nn.Pa
 def _record_traffic(rec: dict[str, list], scheme: str, state: ZenHookState | None,
                     router: EmbeddingRouter | None) -> None:
     if state is None or router is None:  # no-op hook: nothing sent; DDP's own allreduce: not counted
-        for key in ("bytes_sent", "bytes_received", "embedding_bytes_received", "embedding_nnz"):
+        for key in ("bytes_sent", "bytes_received", "embedding_bytes_received", "embedding_nnz",
+                    "embedding_parts"):
             rec[key].append(0 if scheme == NO_COMM else None)
         rec["choice"].append(None)
         return
@@ -248,6 +249,7 @@ def _record_traffic(rec: dict[str, list], scheme: str, state: ZenHookState | Non
     rec["bytes_received"].append(sum(s.traffic.bytes_received for s in stats))
     rec["embedding_bytes_received"].append(sum(s.traffic.bytes_received for s in embedded))
     rec["embedding_nnz"].append(sum(s.nnz for s in embedded))
+    rec["embedding_parts"].append(len(embedded))  # scheme calls per step for the embeddings
     rec["choice"].append(",".join(sorted({s.choice for s in embedded if s.choice})) or None)
 
 
@@ -340,7 +342,8 @@ def _summarize(cfg: TrainConfig, run: dict[str, Any]) -> dict[str, Any]:
         ("loss", statistics.fmean),  # the global loss: mean of the ranks' losses
         ("iter_s", max), ("hook_s", max), ("compute_s", max),  # a step ends when its slowest rank ends
         ("bytes_sent", statistics.fmean), ("bytes_received", statistics.fmean),
-        ("embedding_bytes_received", statistics.fmean), ("embedding_nnz", statistics.fmean))}
+        ("embedding_bytes_received", statistics.fmean), ("embedding_nnz", statistics.fmean),
+        ("embedding_parts", max))}
     steps["choice"] = list(ranks[0]["choice"])
     timed = slice(cfg.warmup, None)
     iters = steps["iter_s"][timed]
@@ -352,7 +355,8 @@ def _summarize(cfg: TrainConfig, run: dict[str, Any]) -> dict[str, Any]:
         "samples_per_s": rate * run["workload"]["local_batch_size"] * len(ranks),
         "final_loss": steps["loss"][-1], "zen_choice": steps["choice"][-1],
         **{f"{key}_per_step": _mean(steps[key][timed])
-           for key in ("bytes_sent", "bytes_received", "embedding_bytes_received", "embedding_nnz")},
+           for key in ("bytes_sent", "bytes_received", "embedding_bytes_received", "embedding_nnz",
+                       "embedding_parts")},
         "bytes_received_per_step_max_rank": _max([_mean(r["bytes_received"][timed]) for r in ranks]),
     }
     return {"scheme": run["scheme"], "embedding_grad_layout": run["embedding_grad_layout"],

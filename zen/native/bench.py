@@ -4,7 +4,10 @@ Default case: the paper's DeepFM gradient (214M elements, 5.2% density; section 
 hierarchical hashing on a V100), scaled down to 2^24 elements on CPU. Every row is the median of
 `--repeats` timed runs after one warm-up. The dense scan's bandwidth is set against a same-size
 `copy_` on the same device (copy GB/s counts read + write bytes, the STREAM convention; the scan
-reads the tensor once). The reference column runs the torch-op path (ZEN_NATIVE=0).
+reads the tensor once). The reference column runs the torch-op path (ZEN_NATIVE=0). Rows: extract =
+LocalGrad.rows() (non-zero ids + values); hash+partitions = hierarchical_hash (Algorithm 1 including the
+per-partition extraction of positions); S_j = server_rows; the hash bitmap encode and decode + scatter
+run on server 0's rows of the same tensor.
 `--sweep r1` / `--sweep k` reproduce Figure 16: hashing time (and rows reaching the serial region)
 against r1 in units of |G|·d_G and against the number of probes k.
 """
@@ -47,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Figure 16: hashing time vs r1 factor or vs k")
     parser.add_argument("--values", type=float, nargs="+", default=None, help="sweep points (default: a few)")
     parser.add_argument("--no-reference", action="store_true", help="skip the (slow) torch-op timings")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
 
@@ -125,7 +129,7 @@ class Bench:
         nnz = int(self.index.numel())
         rows.append(self.row("extract (dense scan)", self._extract, scanned=self.bytes, nnz=nnz))
         parts = self._hash(self.index)
-        rows.append(self.row("hash (Alg. 1)", lambda: self._hash(self.index), nnz=nnz,
+        rows.append(self.row("hash+partitions (Alg. 1)", lambda: self._hash(self.index), nnz=nnz,
                              serial_pct=100.0 * parts.serial / max(nnz, 1)))
         rows.append(self.row("extract + hash", lambda: self._hash(self._extract()[0]), nnz=nnz))
         for r in rows[1:]:
@@ -182,6 +186,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def run(args: argparse.Namespace) -> int:
     name = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("CUDA is not available here; use --device cpu")
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if native.get(device) is None:
         print(f"native kernels unavailable on {device} (ZEN_NATIVE=0 or build failed): timing the torch-op path only")
     bench = Bench(args, device)

@@ -69,7 +69,8 @@ def commands(nvcc: str, out_dir: Path) -> list[tuple[Path, list[str]]]:
 def _fingerprint(nvcc: str, jobs: list[tuple[Path, list[str]]]) -> str:
     h = hashlib.sha256()
     for path in sorted(CSRC.iterdir()):
-        h.update(path.name.encode() + path.read_bytes())
+        if path.name in SOURCES["cuda"] or path.suffix in (".h", ".cuh"):
+            h.update(path.name.encode() + path.read_bytes())
     for _, cmd in jobs:
         h.update(" ".join(cmd).encode())
     h.update(subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.encode())

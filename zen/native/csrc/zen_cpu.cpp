@@ -4,7 +4,12 @@
 //
 // Values are never computed on, only tested ("!= 0" as "any magnitude bit set") and copied, so every
 // kernel works on the raw bits of fp16 / bf16 / fp32 / fp64 and is bit-exact by construction.
-#include <torch/extension.h>
+
+// Lean includes (not torch/extension.h): they halve the build time.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <ATen/Parallel.h>
 
@@ -259,25 +264,41 @@ std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, co
 
   chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
     int64_t* h = hist.data() + c * n;
-    for (int64_t i = lo; i < hi; ++i) {
-      const uint64_t x = static_cast<uint64_t>(idx[i]);
-      const uint32_t p = zen::partition_of(x, f, static_cast<uint32_t>(n));
-      ++h[p];
+    // k probes claimed by compare-and-swap, else an append to the serial region, else to the overflow list.
+    auto place = [&](int64_t i, uint64_t x, uint32_t p, uint32_t* first) {
       uint32_t* part = table + static_cast<int64_t>(p) * W;
       const uint32_t tag = static_cast<uint32_t>(i + 1);
-      bool placed = false;
-      for (int l = 1; l < f.levels && !placed; ++l) {
-        uint32_t* slot = part + zen::reduce(zen::hash32(x, f, l), static_cast<uint64_t>(r1));
+      for (int l = 1; l < f.levels; ++l) {
+        uint32_t* slot = l == 1 ? first : part + zen::reduce(zen::hash32(x, f, l), static_cast<uint64_t>(r1));
         uint32_t expected = 0;
-        placed = __atomic_load_n(slot, __ATOMIC_RELAXED) == 0 &&
-                 __atomic_compare_exchange_n(slot, &expected, tag, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        if (__atomic_load_n(slot, __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(slot, &expected, tag, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+          return;
       }
-      if (placed) continue;
       const uint64_t t = __atomic_fetch_add(&serial_fill[p], 1, __ATOMIC_RELAXED);
       if (t < static_cast<uint64_t>(r2)) {
         part[r1 + t] = tag;
       } else {
         spill[__atomic_fetch_add(&overflow_fill, 1, __ATOMIC_RELAXED)] = static_cast<uint32_t>(i);
+      }
+    };
+    // In batches: hash a batch and prefetch its first-probe slots, then claim them, so the random
+    // accesses to a table larger than the caches overlap instead of stalling one at a time.
+    constexpr int64_t kBatch = 32;
+    uint32_t parts[kBatch];
+    uint32_t* first[kBatch];
+    for (int64_t b0 = lo; b0 < hi; b0 += kBatch) {
+      const int64_t m = std::min(hi - b0, kBatch);
+      for (int64_t j = 0; j < m; ++j) {
+        const uint64_t x = static_cast<uint64_t>(idx[b0 + j]);
+        parts[j] = zen::partition_of(x, f, static_cast<uint32_t>(n));
+        first[j] = table + static_cast<int64_t>(parts[j]) * W +
+                   (f.levels > 1 ? zen::reduce(zen::hash32(x, f, 1), static_cast<uint64_t>(r1)) : 0);
+        __builtin_prefetch(first[j], 1);
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        ++h[parts[j]];
+        place(b0 + j, static_cast<uint64_t>(idx[b0 + j]), parts[j], first[j]);
       }
     }
   });

@@ -430,7 +430,7 @@ std::tuple<Tensor, Tensor> server_rows_cuda(int64_t num_rows, int64_t n, std::ve
     ZEN_CUDA_CHECK(cudaGetLastError());
     return 0;
   });
-  const Tensor firsts = starts.view({n, segs}).select(1, 0).cpu();  // partition p starts where its segment 0 does
+  const Tensor firsts = starts.view({n, segs}).select(1, 0).cpu().contiguous();  // partition p starts where its segment 0 does
   Tensor offsets = at::empty({n + 1}, at::kLong);
   for (int64_t p = 0; p < n; ++p) offsets.data_ptr<int64_t>()[p] = firsts.data_ptr<int64_t>()[p];
   offsets.data_ptr<int64_t>()[n] = num_rows;
