@@ -104,7 +104,8 @@ def profile_outputs(name):
 
 def scale_outputs():
     s = config["scale"]
-    return expand(RESULTS + "/scale/{pattern}_d{density}.csv", pattern=s["patterns"], density=s["densities"])
+    return expand(RESULTS + "/scale/{pattern}_d{density}.csv", pattern=s["patterns"], density=s["densities"]) + expand(
+        RESULTS + "/scale/trace_{workload}.csv", workload=s.get("traces", []))
 
 
 def kernel_outputs():

@@ -4,6 +4,7 @@
 rule bench_kernels:
     input:
         BUILD_STAMP,
+        sorted(Path("zen/native/csrc").glob("*")),  # timings follow the kernel sources
     output:
         RESULTS + "/kernels/sweep_{sweep}.json",
     log:

@@ -21,7 +21,8 @@ FIGURE_INPUTS = {
 rule plot_figure:
     """One figure: the PNG and, next to it, the CSV of exactly what is drawn."""
     input:
-        lambda wildcards: FIGURE_INPUTS[wildcards.figure],
+        data=lambda wildcards: FIGURE_INPUTS[wildcards.figure],
+        scripts=[SCRIPTS + "/figures.py", SCRIPTS + "/common.py"],
     output:
         png=FIGURES + "/{figure}.png",
         csv=FIGURES + "/{figure}.csv",
@@ -32,7 +33,7 @@ rule plot_figure:
     wildcard_constraints:
         figure="|".join(FIGURE_INPUTS),
     shell:
-        "{PY} {SCRIPTS}/figures.py {wildcards.figure} --csv {input} --out {output.png} > {log} 2>&1"
+        "{PY} {SCRIPTS}/figures.py {wildcards.figure} --csv {input.data} --out {output.png} > {log} 2>&1"
 
 
 rule write_report:

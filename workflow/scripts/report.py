@@ -142,7 +142,8 @@ def _speedup_line(cell: pd.DataFrame, what: str) -> str:
 
 def figure_section(paths: list[str], out_dir: Path) -> list[str]:
     lines = []
-    for p in sorted(paths):
+    order = list(FIGURE_TEXT)
+    for p in sorted(paths, key=lambda q: (order.index(Path(q).stem) if Path(q).stem in order else len(order), q)):
         stem = Path(p).stem
         title, caption = FIGURE_TEXT.get(stem, (stem, ""))
         rel_png = os.path.relpath(p, out_dir)

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,15 +93,21 @@ def check(verbose: bool = False, force: bool = False) -> Outcome:
         return Outcome(False, "nvcc not found (PATH, CUDA_HOME): cannot check the CUDA kernels")
     out_dir = build_root() / "nvcc_check"
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = commands(nvcc, out_dir)
-    stamp = out_dir / f"{_fingerprint(nvcc, jobs)}.ok"
+    stamp = out_dir / f"{_fingerprint(nvcc, commands(nvcc, out_dir))}.ok"
     if stamp.exists() and not force:
         return Outcome(True, f"unchanged since the last passing check ({stamp.name})")
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:  # private objects: concurrent checks never collide
+        outcome = _compile(commands(nvcc, Path(tmp)), verbose)
+    if outcome.ok:
+        stamp.touch()
+    return outcome
+
+
+def _compile(jobs: list[tuple[Path, list[str]]], verbose: bool) -> Outcome:
     procs = []
     for obj, cmd in jobs:
         if verbose:
             print(" ".join(cmd), flush=True)
-        obj.unlink(missing_ok=True)
         procs.append((obj, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     failures = []
     for obj, proc in procs:
@@ -111,11 +118,13 @@ def check(verbose: bool = False, force: bool = False) -> Outcome:
             failures.append(f"{obj.name[:-2]} failed (exit {proc.returncode}):\n{log[-6000:]}")
     if failures:
         return Outcome(False, "\n".join(failures))
-    defined = set().union(*(_cuda_symbols(o, defined=True) for o, _ in jobs if o.name.endswith(".cu.o")))
-    called = set().union(*(_cuda_symbols(o, defined=False) for o, _ in jobs if not o.name.endswith(".cu.o")))
+    try:
+        defined = set().union(*(_cuda_symbols(o, defined=True) for o, _ in jobs if o.name.endswith(".cu.o")))
+        called = set().union(*(_cuda_symbols(o, defined=False) for o, _ in jobs if not o.name.endswith(".cu.o")))
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return Outcome(False, f"could not list symbols with nm: {exc}")
     if missing := sorted(called - defined):
         return Outcome(False, "binding calls functions the .cu files do not define:\n  " + "\n  ".join(missing))
-    stamp.touch()
     return Outcome(True, f"compiled {', '.join(SOURCES['cuda'])} for sm_90 + compute_90 PTX; {len(called)} "
                    "bound functions resolved")
 
