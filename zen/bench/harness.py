@@ -184,11 +184,12 @@ def run_dist(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
 
 
 def imbalance(stats: list[SyncStats]) -> tuple[float | None, float | None]:
-    """Push: max over workers i, servers j of n |I_i^j| / |I_i|. Pull: max_j n |I^j| / |I| (zen.md)."""
+    """Push: max over workers i, servers j of n |I_i^j| / |I_i|. Pull: max_j n |I^j| / |I| (zen.md).
+    Counted in each scheme's own units (rows; blocks for OmniReduce)."""
     n = len(stats)
     push = pull = None
     if all(s.push_counts is not None for s in stats):
-        ratios = [n * c / s.nnz for s in stats if s.nnz for c in s.push_counts]
+        ratios = [n * c / sum(s.push_counts) for s in stats if sum(s.push_counts) for c in s.push_counts]
         push = max(ratios) if ratios else 1.0
     if all(s.server_count is not None for s in stats):
         total = sum(s.server_count for s in stats)
