@@ -210,6 +210,9 @@ def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: lis
                   f"{counts['short']} fall short, {counts['n/a']} not comparable here. Our numbers come from one "
                   "small machine unless the setting says otherwise; the paper's from 16 x 8 V100 at 25 Gbps.", "",
                   *claims_markdown(claims), ""]
+    lines += ["Not reproduced by this pipeline: Fig 12 (100 Gbps RDMA) needs that network; Fig 13/14 (LLMs with "
+              "DGC top-5%) need the LLM workloads and DGC; Fig 17a's tensor-block line is OmniReduce's measured pull.",
+              ""]
     if bench is not None and not bench.empty:
         lines += ["## Headline numbers (microbenchmarks)", "", *bench_headlines(bench), ""]
     lines += ["## Figures", "", *figure_section(figures, out.parent)]
