@@ -215,3 +215,38 @@ def test_real_workloads_tiny_zen_matches_allreduce(tmp_path):
         zen_bytes = runs["zen"]["summary"]["embedding_bytes_received_per_step"]
         assert 0 < zen_bytes < runs["allreduce"]["summary"]["embedding_bytes_received_per_step"], name
         assert (tmp_path / f"{name}.json").is_file()
+
+
+def _no_emulated_cluster() -> str | None:
+    from zen.netem import NetemError, emulated_cluster
+
+    try:
+        with emulated_cluster(1, "1gbit"):
+            return None
+    except NetemError as exc:
+        return str(exc)
+
+
+def test_training_on_the_emulated_cluster_matches_loopback(tmp_path):
+    """--bandwidth runs the same ranks behind shaped links: same losses, bytes, and the config says so."""
+    why = _no_emulated_cluster()
+    if why:
+        pytest.skip(f"no emulated cluster here: {why}")
+    common = ["--workload", "toy", "--scheme", "allreduce,zen", "--wandb-mode", "disabled", "--world-size", "2",
+              "--steps", "6", "--warmup", "2"]
+    shaped = _train(tmp_path, *common, "--bandwidth", "200mbit")
+    (tmp_path / "loop").mkdir()
+    loop = _train(tmp_path / "loop", *common)
+    assert shaped["config"]["bandwidth"] == "200mbit" and loop["config"]["bandwidth"] is None
+    for a, b in zip(shaped["runs"], loop["runs"], strict=True):
+        assert a["steps"]["loss"] == b["steps"]["loss"]
+        assert a["summary"]["bytes_received_per_step"] == b["summary"]["bytes_received_per_step"]
+
+
+def test_bandwidth_is_refused_under_torchrun_and_checked(capsys, monkeypatch):
+    assert zen_main(["train", "--plugin", PLUGIN, "--workload", "toy", "--bandwidth", "fast"]) == 2
+    assert "fast" in capsys.readouterr().err
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert zen_main(["train", "--plugin", PLUGIN, "--workload", "toy", "--bandwidth", "1gbit"]) == 2
+    assert "torchrun" in capsys.readouterr().err

@@ -81,6 +81,7 @@ class TrainConfig:
     wandb_project: str = "zen"
     wandb_group: str = ""
     plugins: list[str] = field(default_factory=list)
+    bandwidth: str | None = None  # emulated per-node link rate (zen/netem.py); None = loopback
 
 
 # ---------------------------------------------------------------- the hook
@@ -474,6 +475,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default: $WANDB_MODE, else offline")
     parser.add_argument("--wandb-project", default="zen")
     parser.add_argument("--wandb-group", default=None, help="default <workload>-<preset>-P<world size>")
+    parser.add_argument("--bandwidth", default=None,
+                        help="emulated per-node link rate, e.g. 1gbit (needs root or user namespaces)")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE on every rank first (registers extra workloads/schemes)")
 
@@ -496,6 +499,12 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     warmup = min(3, args.steps // 2) if args.warmup is None else args.warmup
     if args.steps <= warmup or warmup < 0:
         raise ValueError(f"--steps ({args.steps}) must exceed --warmup ({warmup}) >= 0")
+    if args.bandwidth and torchrun:
+        raise ValueError("--bandwidth emulates a cluster on one machine; under torchrun the network is real")
+    if args.bandwidth:
+        from zen.netem import parse_rate
+
+        parse_rate(args.bandwidth)
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if torchrun and torch.cuda.is_available() else "gloo"
@@ -507,7 +516,8 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
         out=str(Path(args.out or Path("results", "train", f"{run_name}.json")).resolve()),
         wandb_mode=args.wandb_mode or os.environ.get("WANDB_MODE") or "offline",
         wandb_project=args.wandb_project,
-        wandb_group=args.wandb_group or f"{args.workload}-{args.preset}-P{world}", plugins=list(args.plugin))
+        wandb_group=args.wandb_group or f"{args.workload}-{args.preset}-P{world}", plugins=list(args.plugin),
+        bandwidth=args.bandwidth)
 
 
 def _world_size(args: argparse.Namespace, torchrun: bool) -> int:
@@ -538,13 +548,26 @@ def run(args: argparse.Namespace) -> int:
         if int(os.environ["RANK"]) != 0:
             return 0
     else:
-        from zen.launch import spawn
-
-        report = spawn("workloads.train:rank_main", cfg.world_size, {"config": asdict(cfg)},
-                       backend=cfg.backend, timeout_s=float(os.environ.get("ZEN_TRAIN_TIMEOUT_S", 3600)))[0]
+        report = _spawn_ranks(cfg)
     print_table(report)
     print(f"wrote {cfg.out}")
     return 0
+
+
+def _spawn_ranks(cfg: TrainConfig) -> dict[str, Any]:
+    """Local gloo ranks on loopback, or each in its own namespace behind a shaped link (--bandwidth)."""
+    from zen.launch import spawn
+
+    def launch(**where: Any) -> dict[str, Any]:
+        return spawn("workloads.train:rank_main", cfg.world_size, {"config": asdict(cfg)}, backend=cfg.backend,
+                     timeout_s=float(os.environ.get("ZEN_TRAIN_TIMEOUT_S", 3600)), **where)[0]
+
+    if not cfg.bandwidth:
+        return launch()
+    from zen.netem import emulated_cluster
+
+    with emulated_cluster(cfg.world_size, cfg.bandwidth) as cluster:
+        return launch(**cluster.spawn_kwargs())
 
 
 def print_table(report: dict[str, Any]) -> None:
