@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from zen.types import LocalGrad, ZenInputError
@@ -26,8 +28,8 @@ def to_local_grad(tensor: torch.Tensor) -> LocalGrad:
 def _from_coo(tensor: torch.Tensor) -> LocalGrad:
     sparse_shape = tuple(tensor.shape[: tensor.sparse_dim()])
     dense_shape = tuple(tensor.shape[tensor.sparse_dim() :])
-    num_rows = _prod(sparse_shape)
-    width = _prod(dense_shape)
+    num_rows = math.prod(sparse_shape)
+    width = math.prod(dense_shape)
     idx = tensor._indices()
     vals = tensor._values().reshape(-1, width)
     bad = False
@@ -54,13 +56,6 @@ def _row_strides(shape: tuple[int, ...]) -> list[int]:
         strides.append(acc)
         acc *= s
     return list(reversed(strides))
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    p = 1
-    for s in shape:
-        p *= int(s)
-    return p
 
 
 def output_like(tensor: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import torch
 
 from zen import costmodel
 from zen.api import simulate, sync
-from zen.bench.patterns import index_set, make_gradient
+from zen.bench.patterns import make_gradient
 from zen.bench.reference import matches_reference, reference_sum
 from zen.comm.sim import SimComm, SimGroup
 from zen.registry import make_scheme
@@ -55,21 +56,33 @@ class RankRecord:
 
 
 def union_density(cfg: BenchConfig) -> float:
-    sets = [index_set(cfg.pattern, cfg.numel, cfg.density, r, cfg.world_size, cfg.seed)
-            for r in range(cfg.world_size)]
-    return torch.unique(torch.cat(sets)).numel() / cfg.numel
+    union = torch.zeros(cfg.numel, dtype=torch.bool)
+    for g in all_inputs(cfg):
+        union |= g != 0
+    return int(union.sum()) / cfg.numel
 
 
 def inputs(cfg: BenchConfig, rank: int) -> torch.Tensor:
     return make_gradient(cfg.pattern, cfg.numel, cfg.density, rank, cfg.world_size, cfg.seed, DTYPES[cfg.dtype])
 
 
+def all_inputs(cfg: BenchConfig) -> list[torch.Tensor]:
+    """Every rank's gradient, generated once per configuration (the data never changes between schemes)."""
+    return list(_all_inputs(cfg.pattern, cfg.numel, cfg.density, cfg.world_size, cfg.seed, cfg.dtype))
+
+
+@lru_cache(maxsize=1)
+def _all_inputs(pattern: str, numel: int, density: float, world_size: int, seed: int, dtype: str
+                ) -> tuple[torch.Tensor, ...]:
+    return tuple(make_gradient(pattern, numel, density, r, world_size, seed, DTYPES[dtype]) for r in range(world_size))
+
+
 def _reference(cfg: BenchConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    return reference_sum([inputs(cfg, r) for r in range(cfg.world_size)])
+    return reference_sum(all_inputs(cfg))
 
 
 def run_sim(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
-    grads = [inputs(cfg, r) for r in range(cfg.world_size)]
+    grads = all_inputs(cfg)
     total, magnitude = reference_sum(grads)
     outs = [torch.empty_like(g) for g in grads]
     records = {}
@@ -135,7 +148,7 @@ def _tiny_collective_latency(comm: Any, repeats: int = 21) -> float:
 def sim_compute_seconds(cfg: BenchConfig, name: str, repeats: int = 3) -> float:
     """Local work of one call with no network at all: the same scheme code on P virtual ranks in
     this process (threads share the cores as the real ranks do), median wall time per call."""
-    grads = [inputs(cfg, r) for r in range(cfg.world_size)]
+    grads = all_inputs(cfg)
     outs = [torch.empty_like(g) for g in grads]
     group = SimGroup(cfg.world_size, seed=cfg.seed)
     instances = [make_scheme(name, **cfg.options.get(name, {})) for _ in range(cfg.world_size)]

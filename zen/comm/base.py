@@ -13,6 +13,7 @@ Byte conventions (what a rank sends to and receives from the others, never from 
 
 from __future__ import annotations
 
+import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -45,7 +46,7 @@ def _unpack(buf: torch.Tensor, counts: Sequence[int], template: Message) -> Mess
     for count, like in zip(counts, template, strict=True):
         row_shape = tuple(like.shape[1:])
         itemsize = like.element_size()
-        nbytes = int(count) * itemsize * max(1, _prod(row_shape))
+        nbytes = int(count) * itemsize * math.prod(row_shape)
         chunk = buf[offset : offset + nbytes]
         if chunk.storage_offset() % itemsize:
             chunk = chunk.clone()
@@ -54,11 +55,13 @@ def _unpack(buf: torch.Tensor, counts: Sequence[int], template: Message) -> Mess
     return tuple(out)
 
 
-def _prod(shape: Sequence[int]) -> int:
-    p = 1
-    for s in shape:
-        p *= s
-    return p
+def _row_bytes(template: Message) -> list[int]:
+    """Bytes of one row (first-dim slice) of each tensor of a message."""
+    return [t.element_size() * math.prod(t.shape[1:]) for t in template]
+
+
+def _message_bytes(counts: Sequence[int], row_bytes: Sequence[int]) -> int:
+    return sum(int(c) * b for c, b in zip(counts, row_bytes, strict=True))
 
 
 class Communicator(ABC):
@@ -132,8 +135,8 @@ class Communicator(ABC):
         recv_counts = self._count_exchange(counts, phase).tolist()
         template = messages[r]
         bufs = [b for b, _ in packed]
-        row_bytes = [t.element_size() * max(1, _prod(t.shape[1:])) for t in template]
-        recv_sizes = [sum(c * b for c, b in zip(rc, row_bytes, strict=True)) for rc in recv_counts]
+        row_bytes = _row_bytes(template)
+        recv_sizes = [_message_bytes(rc, row_bytes) for rc in recv_counts]
         recv = self._guard("all_to_all_v", phase, lambda: self._all_to_all(bufs, recv_sizes))
         sent = sum(int(b.numel()) for j, b in enumerate(bufs) if j != r)
         self.traffic.add(phase, sent, sum(s for j, s in enumerate(recv_sizes) if j != r))
@@ -160,8 +163,8 @@ class Communicator(ABC):
         buf, counts = _pack(message)
         all_counts = self.all_gather_fixed(torch.tensor(counts, dtype=torch.int64, device=self.device))
         all_counts = all_counts.cpu().tolist()
-        row_bytes = [t.element_size() * max(1, _prod(t.shape[1:])) for t in message]
-        sizes = [sum(c * b for c, b in zip(rc, row_bytes, strict=True)) for rc in all_counts]
+        row_bytes = _row_bytes(message)
+        sizes = [_message_bytes(rc, row_bytes) for rc in all_counts]
         recv = self._guard("all_gather_v", phase, lambda: self._all_gather_bytes(buf, sizes))
         self.traffic.add(phase, (P - 1) * sizes[r], sum(s for j, s in enumerate(sizes) if j != r))
         return [message if j == r else _unpack(recv[j], all_counts[j], message) for j in range(P)]
@@ -185,8 +188,7 @@ class Communicator(ABC):
         recv_counts = recv_cnt.view(torch.int64).cpu().tolist() if recv_cnt is not None else None
         recv_size = None
         if recv_like is not None:
-            row_bytes = [t.element_size() * max(1, _prod(t.shape[1:])) for t in recv_like]
-            recv_size = sum(c * b for c, b in zip(recv_counts, row_bytes, strict=True))
+            recv_size = _message_bytes(recv_counts, _row_bytes(recv_like))
         rbuf = self._guard("sendrecv", phase, lambda: self._sendrecv(peer, buf, recv_size))
         self.traffic.add(phase, int(buf.numel()) if buf is not None else 0, recv_size or 0)
         if recv_like is None:
