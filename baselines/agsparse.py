@@ -11,7 +11,7 @@ import torch
 from zen.comm.base import Communicator
 from zen.prediction import count_meta
 from zen.registry import register_scheme
-from zen.rows import add_rows, concat
+from zen.rows import add_messages
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
@@ -25,7 +25,7 @@ class AllGatherSparse:
         stats.nnz = int(index.numel())
         gathered = comm.all_gather_v((index.to(grad.index_dtype()), values), phase="gather")
         out.zero_()
-        add_rows(out, concat([g[0] for g in gathered]), concat([g[1] for g in gathered]))
+        add_messages(out, gathered)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         P = layout.world_size

@@ -39,7 +39,7 @@ import torch
 from baselines.sparse_ps import even_bounds, owner_traffic, range_counts
 from zen.comm.base import Communicator
 from zen.registry import register_scheme
-from zen.rows import concat, put_rows
+from zen.rows import add_messages, concat, put_rows
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
@@ -77,8 +77,8 @@ class OmniReduce:
         received = comm.all_to_all_v(messages, phase="push")
         out.zero_()
         ids = [words[:-1] for words, _ in received]
-        positions = concat([self._elements(x, flat.numel()) for x in ids])
-        flat.index_add_(0, positions, concat([payload for _, payload in received]))
+        add_messages(flat.view(-1, 1), [(self._elements(x, flat.numel()), payload.view(-1, 1))
+                                         for x, (_, payload) in zip(ids, received, strict=True)])
         union = torch.unique(concat(ids))
         stats.server_count = int(union.numel())
         mine = self._column(flat, union, bounds[r + 1], id_dtype)

@@ -24,7 +24,7 @@ from zen import encoding
 from zen.comm.base import Communicator
 from zen.prediction import count_meta
 from zen.registry import register_scheme
-from zen.rows import add_rows, concat, put_rows
+from zen.rows import add_messages, put_rows
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
@@ -65,7 +65,7 @@ class SparseParameterServer:
         messages = list(zip(wire_index.split(counts), values.split(counts), strict=True))
         received = comm.all_to_all_v(messages, phase="push")
         out.zero_()
-        add_rows(out, concat([m[0] for m in received]), concat([m[1] for m in received]))
+        add_messages(out, received)
         members = torch.arange(bounds[r], bounds[r + 1], device=out.device)
         message, stats.server_count = encoding.encode("coo", out, members, grad.index_dtype())
         for j, (rows, vals) in enumerate(comm.all_gather_v(message, phase="pull")):
