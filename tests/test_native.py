@@ -95,7 +95,7 @@ def test_partition_membership_matches_reference(ext: ModuleType, dtype: torch.dt
 def test_nonzero_rows_match_reference(ext: ModuleType) -> None:
     g = torch.Generator().manual_seed(5)
     for dtype in VALUE_DTYPES:
-        for M, D in ((0, 1), (1, 1), (1000, 1), (4099, 1), (777, 3)):
+        for M, D in ((0, 1), (1, 1), (1000, 1), (4099, 1), (777, 3), (5_000_017, 1)):  # the last: several chunks
             cases = [torch.zeros(M, D, dtype=dtype), torch.ones(M, D, dtype=dtype)]  # empty, full density
             sparse = torch.zeros(M, D, dtype=dtype)
             mask = torch.rand(M, generator=g) < 0.07

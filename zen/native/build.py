@@ -2,14 +2,17 @@
 
 The C++ extension always; the CUDA one when torch has CUDA (built for the visible GPUs plus PTX, or
 TORCH_CUDA_ARCH_LIST). Builds live in $TORCH_EXTENSIONS_DIR/zen_native, else in the repository's ignored
-build/native/ folder, and are reused until a source changes, so later loads take about a second.
+build/native/ folder (the CPU build per CPU model: it is compiled with -march=native), and are reused until a
+source changes, so later loads take about a second.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
+import platform
 import time
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +20,7 @@ from types import ModuleType
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = {"cpu": ("zen_cpu.cpp",), "cuda": ("zen_cuda_binding.cpp", "zen_cuda.cu")}
 CFLAGS = ["-O3", "-fopenmp"]  # at::parallel_for is OpenMP inline code: without -fopenmp it runs serially
+CPU_CFLAGS = ["-march=native"]  # the CPU kernels use the vector width of the machine they are built on
 LDFLAGS = ["-fopenmp"]  # resolves to the libgomp.so.1 that torch already loaded
 NVCC_FLAGS = ["-O3"]  # torch adds -std=c++20, its COMMON_NVCC_FLAGS and the -gencode flags
 
@@ -35,6 +39,17 @@ def build_root() -> Path:
     return Path(get_default_build_root()) / "zen_native"
 
 
+def host_cpu_tag() -> str:
+    """Short hash of this CPU's model and instruction-set flags: a -march=native build made on another
+    CPU (a shared home directory, a copied build/ folder) is never loaded here, it is rebuilt."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = [platform.processor()]
+    wanted = sorted({line for line in lines if line.startswith(("model name", "flags", "Features"))})
+    return hashlib.sha1("\n".join([platform.machine(), *wanted]).encode()).hexdigest()[:10]
+
+
 def load_extension(kind: str, verbose: bool = False) -> ModuleType:
     """Build (if needed) and import the `kind` ("cpu" or "cuda") extension; raises on failure."""
     import torch
@@ -43,14 +58,14 @@ def load_extension(kind: str, verbose: bool = False) -> ModuleType:
     if kind == "cuda" and torch.version.cuda is None:
         raise RuntimeError("this torch build has no CUDA")
     name = f"zen_native_{kind}"
-    directory = build_root() / kind
+    directory = build_root() / (f"cpu-{host_cpu_tag()}" if kind == "cpu" else kind)
     directory.mkdir(parents=True, exist_ok=True)
     if not any(directory.glob(f"{name}*.so")):
         _log.info("building zen native %s kernels in %s (one-time, ~30 s)", kind, directory)
     return cpp_extension.load(
         name=name,
         sources=[str(CSRC / s) for s in SOURCES[kind]],
-        extra_cflags=CFLAGS,
+        extra_cflags=CFLAGS + (CPU_CFLAGS if kind == "cpu" else []),
         extra_ldflags=LDFLAGS,
         extra_cuda_cflags=NVCC_FLAGS,
         extra_include_paths=[str(CSRC)],

@@ -13,13 +13,14 @@
 
 #include <ATen/Parallel.h>
 
-#if defined(__SSE2__)
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -30,7 +31,8 @@ namespace {
 using at::Tensor;
 using zen::Family;
 
-constexpr int64_t kGrain = 1 << 15;  // smallest unit of work worth a task (rows, slots or bytes)
+constexpr int64_t kGrain = 1 << 15;
+constexpr int64_t kPrefetchBytes = 4096;  // how far ahead the flat scan prefetches  // smallest unit of work worth a task (rows, slots or bytes)
 
 // Splits `work` items into ordered chunks (a few per thread) so that per-chunk results concatenate in
 // order: outputs stay deterministic and ascending whatever the thread count.
@@ -88,62 +90,106 @@ auto with_index(const Tensor& t, F f) {
   return f(int64_t{});
 }
 
-// Non-zero mask of the 64-byte line at p: bit (e * sizeof(Bits)) set iff element e has a magnitude bit
-// set (one bit per byte, as SSE2's movemask gives it; the scalar fallback writes the same layout).
-// Bit e * sizeof(Bits) for every element e of a 64-byte line.
+// ---------------------------------------------------------------------------------------------------
+// Flat scan (D == 1): one bitmask word per 64 elements, bit e set iff element 64 w + e has a magnitude bit
+// set. The extension is built with -march=native for the machine it runs on (zen/native/build.py keys the
+// build by CPU), so AVX-512 tests a 64-byte line per instruction where the CPU has it; SSE2 and plain C++
+// give the same words elsewhere.
+
+#if defined(__AVX512BW__)
 template <typename Bits>
-constexpr uint64_t element_bits() {
+inline uint64_t mask_word(const Bits* p) {
+  __m512i mag;
+  if constexpr (sizeof(Bits) == 2) mag = _mm512_set1_epi16(0x7FFF);
+  else if constexpr (sizeof(Bits) == 4) mag = _mm512_set1_epi32(0x7FFFFFFF);
+  else mag = _mm512_set1_epi64(0x7FFFFFFFFFFFFFFFLL);
   uint64_t m = 0;
-  for (size_t e = 0; e < 64 / sizeof(Bits); ++e) m |= uint64_t{1} << (e * sizeof(Bits));
+  for (size_t l = 0; l < sizeof(Bits); ++l) {  // 64 elements = sizeof(Bits) lines of 64 bytes
+    const __m512i x = _mm512_loadu_si512(reinterpret_cast<const char*>(p) + 64 * l);
+    if constexpr (sizeof(Bits) == 2) m |= static_cast<uint64_t>(_mm512_test_epi16_mask(x, mag)) << (32 * l);
+    else if constexpr (sizeof(Bits) == 4) m |= static_cast<uint64_t>(_mm512_test_epi32_mask(x, mag)) << (16 * l);
+    else m |= static_cast<uint64_t>(_mm512_test_epi64_mask(x, mag)) << (8 * l);
+  }
   return m;
 }
-
-#if defined(__SSE2__)
+#elif defined(__SSE2__)
 template <typename Bits>
 inline __m128i magnitude_vector() {
   if constexpr (sizeof(Bits) == 2) return _mm_set1_epi16(0x7FFF);
   else if constexpr (sizeof(Bits) == 4) return _mm_set1_epi32(0x7FFFFFFF);
   else return _mm_set1_epi64x(0x7FFFFFFFFFFFFFFFLL);
 }
-#endif
 
-// Whether any element of the 64-byte line at p is non-zero (the cheap test run on every line).
+// Zero-element bits of the 16 bytes at q (one bit per element).
 template <typename Bits>
-inline bool line_any(const Bits* p) {
-#if defined(__SSE2__)
-  const __m128i* q = reinterpret_cast<const __m128i*>(p);
-  const __m128i a = _mm_or_si128(_mm_or_si128(_mm_loadu_si128(q), _mm_loadu_si128(q + 1)),
-                                 _mm_or_si128(_mm_loadu_si128(q + 2), _mm_loadu_si128(q + 3)));
-  return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(a, magnitude_vector<Bits>()), _mm_setzero_si128())) != 0xFFFF;
-#else
-  Bits acc = 0;
-  for (size_t e = 0; e < 64 / sizeof(Bits); ++e) acc |= p[e];
-  return (acc & zen::magnitude_mask<Bits>()) != 0;
-#endif
+inline uint32_t zero_bits(const __m128i* q) {
+  const __m128i x = _mm_and_si128(_mm_loadu_si128(q), magnitude_vector<Bits>());
+  const __m128i zero = _mm_setzero_si128();
+  if constexpr (sizeof(Bits) == 2) {
+    const __m128i z = _mm_cmpeq_epi16(x, zero);
+    return static_cast<uint32_t>(_mm_movemask_epi8(_mm_packs_epi16(z, z))) & 0xFFu;
+  } else if constexpr (sizeof(Bits) == 4) {
+    return static_cast<uint32_t>(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(x, zero))));
+  } else {  // no 64-bit compare in SSE2: an element is zero iff both of its 32-bit halves are
+    const __m128i z = _mm_cmpeq_epi32(x, zero);
+    const __m128i both = _mm_and_si128(z, _mm_shuffle_epi32(z, _MM_SHUFFLE(2, 3, 0, 1)));
+    return static_cast<uint32_t>(_mm_movemask_pd(_mm_castsi128_pd(both)));
+  }
 }
 
-// Non-zero mask of the 64-byte line at p: bit (e * sizeof(Bits)) set iff element e has a magnitude bit
-// set (SSE2's movemask gives one bit per byte; the scalar fallback writes the same layout).
 template <typename Bits>
-inline uint64_t line_mask(const Bits* p) {
-#if defined(__SSE2__)
+inline uint64_t mask_word(const Bits* p) {
+  constexpr int kPerVec = 16 / sizeof(Bits);
   const __m128i* q = reinterpret_cast<const __m128i*>(p);
-  uint64_t zeros = 0;
-  for (int v = 0; v < 4; ++v) {
-    const __m128i z = _mm_cmpeq_epi8(_mm_and_si128(_mm_loadu_si128(q + v), magnitude_vector<Bits>()),
-                                     _mm_setzero_si128());
-    zeros |= static_cast<uint64_t>(static_cast<uint16_t>(_mm_movemask_epi8(z))) << (16 * v);
-  }
-  // an element is zero iff all its bytes are: fold each element's byte bits into its lowest one
-  uint64_t nonzero = ~zeros;
-  for (size_t s = 1; s < sizeof(Bits); s *= 2) nonzero |= nonzero >> s;
-  return nonzero & element_bits<Bits>();
-#else
   uint64_t m = 0;
-  for (size_t e = 0; e < 64 / sizeof(Bits); ++e)
-    m |= static_cast<uint64_t>((p[e] & zen::magnitude_mask<Bits>()) != 0) << (e * sizeof(Bits));
+  for (int v = 0; v < 64 / kPerVec; ++v)
+    m |= static_cast<uint64_t>(~zero_bits<Bits>(q + v) & ((1u << kPerVec) - 1u)) << (v * kPerVec);
   return m;
+}
+#else
+template <typename Bits>
+inline uint64_t mask_word(const Bits* p) {
+  uint64_t m = 0;
+  for (int e = 0; e < 64; ++e) m |= static_cast<uint64_t>((p[e] & zen::magnitude_mask<Bits>()) != 0) << e;
+  return m;
+}
 #endif
+
+// A chunk's non-zeros, in ascending order: element ids and their values (raw bits).
+template <typename Bits>
+struct Found {
+  std::vector<int64_t> ids;
+  std::vector<Bits> values;
+  int64_t size = 0;
+  // Appends the set bits m of the word of 64 elements at p (element id `first`).
+  void take(uint64_t m, int64_t first, const Bits* p) {
+    if (size + 64 > static_cast<int64_t>(ids.size())) {
+      const size_t cap = std::max<size_t>(2 * ids.size(), 1 << 12);
+      ids.resize(cap);
+      values.resize(cap);
+    }
+    int64_t* id = ids.data() + size;
+    Bits* v = values.data() + size;
+    for (; m; m &= m - 1) {
+      const int e = __builtin_ctzll(m);
+      *id++ = first + e;
+      *v++ = p[e];
+    }
+    size = id - ids.data();
+  }
+};
+
+// Full words [lo, hi) of data: every non-zero goes to `found` while its line is still in L1. The
+// prefetch a few KB ahead keeps more loads in flight than the hardware prefetcher does on its own.
+template <typename Bits>
+void scan_words(const Bits* data, int64_t lo, int64_t hi, Found<Bits>& found) {
+  for (int64_t w = lo; w < hi; ++w) {
+    const Bits* p = data + w * 64;
+    for (size_t l = 0; l < sizeof(Bits); ++l)
+      __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + 64 * l);
+    const uint64_t m = mask_word(p);
+    if (m) found.take(m, w * 64, p);
+  }
 }
 
 template <typename Bits>
@@ -160,63 +206,70 @@ Tensor as_rows(const Tensor& t) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Non-zero rows of a dense (M, D) block: ascending row ids (int64) and their rows, in ONE pass over the
-// dense data (the values are gathered while the cache line is hot). Equals
+// Non-zero rows of a dense (M, D) block: ascending row ids (int64) and their rows; equals
 // mask.nonzero() + index_select of LocalGrad.rows().
+//
+// D == 1 (a flat gradient): ONE read of the data, 64 elements at a time; each chunk appends its non-zeros
+// (ids and values, taken while the line is in L1) to a buffer that the calling thread keeps across calls
+// (no fresh pages on the hot path), then the buffers are copied into the exactly sized outputs.
+// D > 1: rows are tested and copied per chunk, then concatenated.
+
+template <typename Bits>
+std::vector<Found<Bits>>& found_buffers(int64_t chunks) {
+  thread_local std::vector<Found<Bits>> buffers;
+  if (static_cast<int64_t>(buffers.size()) < chunks) buffers.resize(chunks);
+  return buffers;
+}
+
+template <typename Bits>
+std::tuple<Tensor, Tensor> nonzero_flat(const Tensor& dense) {
+  const int64_t M = dense.size(0), full = M / 64, nwords = (M + 63) / 64;
+  const Bits* data = static_cast<const Bits*>(dense.data_ptr());
+  const Chunks chunks(nwords, kGrain);
+  std::vector<Found<Bits>>& found = found_buffers<Bits>(chunks.count);
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    Found<Bits>& mine = found[c];
+    mine.size = 0;
+    const int64_t top = std::min(hi, full);
+    scan_words(data, lo, top, mine);
+    if (hi > full) {  // the last, partial word
+      uint64_t m = 0;
+      for (int64_t i = full * 64; i < M; ++i)
+        m |= static_cast<uint64_t>((data[i] & zen::magnitude_mask<Bits>()) != 0) << (i - full * 64);
+      if (m) mine.take(m, full * 64, data + full * 64);
+    }
+  });
+  std::vector<int64_t> base(chunks.count);
+  for (int64_t c = 0; c < chunks.count; ++c) base[c] = found[c].size;
+  const int64_t k = exclusive_scan(base);
+  Tensor index = at::empty({k}, dense.options().dtype(at::kLong));
+  Tensor values = at::empty({k, 1}, dense.options());
+  int64_t* iout = index.data_ptr<int64_t>();
+  Bits* vout = static_cast<Bits*>(values.data_ptr());
+  chunks.run([&](int64_t c, int64_t, int64_t) {
+    std::memcpy(iout + base[c], found[c].ids.data(), found[c].size * sizeof(int64_t));
+    std::memcpy(vout + base[c], found[c].values.data(), found[c].size * sizeof(Bits));
+  });
+  return std::make_tuple(index, values);
+}
 
 std::tuple<Tensor, Tensor> nonzero_rows(const Tensor& dense_in) {
   const Tensor dense = as_rows(dense_in);
   const int64_t M = dense.size(0), D = dense.size(1);
   return with_bits(dense, [&](auto tag) {
     using Bits = decltype(tag);
+    if (D == 1) return nonzero_flat<Bits>(dense);
     const Bits* data = static_cast<const Bits*>(dense.data_ptr());
     const Bits mask = zen::magnitude_mask<Bits>();
     const Chunks chunks(M, std::max<int64_t>(1, (kGrain * 8) / std::max<int64_t>(D, 1)));
     std::vector<std::vector<int64_t>> rows(chunks.count);
     std::vector<std::vector<Bits>> vals(chunks.count);
     chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
-      auto& R = rows[c];
-      auto& V = vals[c];
-      if (D == 1) {
-        // A cheap any-non-zero test per cache line; the per-element mask only for lines that pass,
-        // emitted through raw pointers (room for a whole line is made first).
-        constexpr int64_t kLine = 64 / sizeof(Bits);
-        int64_t k = 0, i = lo;
-        auto room = [&] {
-          if (k + kLine > static_cast<int64_t>(R.size())) {
-            const size_t cap = std::max<size_t>(2 * R.size(), 4096);
-            R.resize(cap);
-            V.resize(cap);
-          }
-        };
-        for (; i + kLine <= hi; i += kLine) {
-          if (!line_any(data + i)) continue;
-          room();
-          int64_t* rp = R.data() + k;
-          Bits* vp = V.data() + k;
-          for (uint64_t b = line_mask(data + i); b; b &= b - 1) {
-            const int64_t r = i + __builtin_ctzll(b) / sizeof(Bits);
-            *rp++ = r;
-            *vp++ = data[r];
-          }
-          k = rp - R.data();
-        }
-        room();
-        for (; i < hi; ++i) {
-          if (data[i] & mask) {
-            R[k] = i;
-            V[k++] = data[i];
-          }
-        }
-        R.resize(k);
-        V.resize(k);
-      } else {
-        for (int64_t r = lo; r < hi; ++r) {
-          const Bits* row = data + r * D;
-          if (row_nonzero(row, D, mask)) {
-            R.push_back(r);
-            V.insert(V.end(), row, row + D);
-          }
+      for (int64_t r = lo; r < hi; ++r) {
+        const Bits* row = data + r * D;
+        if (row_nonzero(row, D, mask)) {
+          rows[c].push_back(r);
+          vals[c].insert(vals[c].end(), row, row + D);
         }
       }
     });
@@ -241,112 +294,108 @@ std::tuple<Tensor, Tensor> nonzero_rows(const Tensor& dense_in) {
 // ---------------------------------------------------------------------------------------------------
 // Hierarchical hashing (Algorithm 1). Memory: n partitions, each r1 parallel slots followed by r2 serial
 // slots; a slot holds position + 1 (0 = empty, so index 0 is safe). Every index: p = h0(idx), then up to
-// k probes h_l(idx) in p's parallel region claimed by compare-and-swap, else an atomic append to p's
-// serial region, else (serial region full) an atomic append to a shared overflow list: never dropped.
-// Extraction walks each partition's slots, then its overflow entries. Returns (order, counts, serial):
-// positions into `index` grouped by partition (order inside a partition is free), rows per partition,
-// and how many rows missed all k probes.
+// k probes h_l(idx) in p's parallel region, else an append to p's serial region, else (serial region
+// full) an append to p's overflow list: never dropped. Returns (order, counts, serial): positions into
+// `index` grouped by partition (order inside a partition is free), rows per partition, and how many rows
+// missed all k probes.
+//
+// A CPU has a few cores, not thousands of threads, so instead of claiming slots of one shared table with
+// compare-and-swap (the CUDA kernel's way), the indices are first grouped by partition (a stable counting
+// sort by h0), and each thread then runs the probes of whole partitions: its partition's table (r1 + r2
+// slots, cache-sized) is private, every claim is a plain load and store, and the claimed slots are
+// compacted straight into the partition's place in the output. Same partitions, same claims as the
+// parallel algorithm run in position order.
 
 template <typename Idx>
 std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, const Family& f, int64_t r1,
                                                int64_t r2) {
   const int64_t nnz = index.numel();
   const Idx* idx = index.data_ptr<Idx>();
-  const int64_t W = r1 + r2;
-  Tensor table_t = at::zeros({n * W}, index.options().dtype(at::kInt));
-  uint32_t* table = reinterpret_cast<uint32_t*>(table_t.data_ptr<int32_t>());
-  std::vector<uint64_t> serial_fill(n, 0);
-  uint64_t overflow_fill = 0;
+  const uint32_t un = static_cast<uint32_t>(n);
   const Chunks chunks(nnz, kGrain / 4);
+  std::vector<uint32_t> part(nnz);
   std::vector<int64_t> hist(chunks.count * n, 0);
-  // Room for every row; its pages are only touched when a serial region fills up.
-  std::unique_ptr<uint32_t[]> spill(new uint32_t[nnz]);
-
   chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) part[i] = zen::partition_of(static_cast<uint64_t>(idx[i]), f, un);  // SIMD
     int64_t* h = hist.data() + c * n;
-    // k probes claimed by compare-and-swap, else an append to the serial region, else to the overflow list.
-    auto place = [&](int64_t i, uint64_t x, uint32_t p, uint32_t* first) {
-      uint32_t* part = table + static_cast<int64_t>(p) * W;
-      const uint32_t tag = static_cast<uint32_t>(i + 1);
-      for (int l = 1; l < f.levels; ++l) {
-        uint32_t* slot = l == 1 ? first : part + zen::reduce(zen::hash32(x, f, l), static_cast<uint64_t>(r1));
-        uint32_t expected = 0;
-        if (__atomic_load_n(slot, __ATOMIC_RELAXED) == 0 &&
-            __atomic_compare_exchange_n(slot, &expected, tag, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-          return;
-      }
-      const uint64_t t = __atomic_fetch_add(&serial_fill[p], 1, __ATOMIC_RELAXED);
-      if (t < static_cast<uint64_t>(r2)) {
-        part[r1 + t] = tag;
-      } else {
-        spill[__atomic_fetch_add(&overflow_fill, 1, __ATOMIC_RELAXED)] = static_cast<uint32_t>(i);
-      }
-    };
-    // In batches: hash a batch and prefetch its first-probe slots, then claim them, so the random
-    // accesses to a table larger than the caches overlap instead of stalling one at a time.
-    constexpr int64_t kBatch = 32;
-    uint32_t parts[kBatch];
-    uint32_t* first[kBatch];
-    for (int64_t b0 = lo; b0 < hi; b0 += kBatch) {
-      const int64_t m = std::min(hi - b0, kBatch);
-      for (int64_t j = 0; j < m; ++j) {
-        const uint64_t x = static_cast<uint64_t>(idx[b0 + j]);
-        parts[j] = zen::partition_of(x, f, static_cast<uint32_t>(n));
-        first[j] = table + static_cast<int64_t>(parts[j]) * W +
-                   (f.levels > 1 ? zen::reduce(zen::hash32(x, f, 1), static_cast<uint64_t>(r1)) : 0);
-        __builtin_prefetch(first[j], 1);
-      }
-      for (int64_t j = 0; j < m; ++j) {
-        ++h[parts[j]];
-        place(b0 + j, static_cast<uint64_t>(idx[b0 + j]), parts[j], first[j]);
-      }
+    for (int64_t i = lo; i < hi; ++i) ++h[part[i]];
+  });
+  // cursor of (chunk c, partition p) = rows of partitions < p + rows of p in chunks < c
+  std::vector<int64_t> offsets(n + 1, 0), cursor(chunks.count * n);
+  int64_t acc = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    offsets[p] = acc;
+    for (int64_t c = 0; c < chunks.count; ++c) {
+      cursor[c * n + p] = acc;
+      acc += hist[c * n + p];
+    }
+  }
+  offsets[n] = acc;
+  // positions and their indices, partition-major, ascending inside a partition (read in order below)
+  std::vector<uint32_t> grouped(nnz);
+  std::vector<Idx> keys(nnz);
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    int64_t* cur = cursor.data() + c * n;
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t g = cur[part[i]]++;
+      grouped[g] = static_cast<uint32_t>(i);
+      keys[g] = idx[i];
     }
   });
-
-  std::vector<int64_t> counts(n, 0);
-  for (int64_t c = 0; c < chunks.count; ++c)
-    for (int64_t p = 0; p < n; ++p) counts[p] += hist[c * n + p];
-  std::vector<int64_t> offsets(counts);
-  exclusive_scan(offsets);
-  int64_t serial = 0;
-  for (auto s : serial_fill) serial += static_cast<int64_t>(s);
-
-  // Overflow entries grouped by partition (counting sort; rare, only when a serial region is full).
-  std::vector<int64_t> spill_at(n + 1, 0);
-  std::vector<uint32_t> spilled(overflow_fill);
-  if (overflow_fill) {
-    std::vector<uint32_t> part_of(overflow_fill);
-    for (uint64_t o = 0; o < overflow_fill; ++o) {
-      part_of[o] = zen::partition_of(static_cast<uint64_t>(idx[spill[o]]), f, static_cast<uint32_t>(n));
-      ++spill_at[part_of[o] + 1];
-    }
-    for (int64_t p = 0; p < n; ++p) spill_at[p + 1] += spill_at[p];
-    std::vector<int64_t> cur(spill_at.begin(), spill_at.end() - 1);
-    for (uint64_t o = 0; o < overflow_fill; ++o) spilled[cur[part_of[o]]++] = spill[o];
-  }
 
   Tensor order = at::empty({nnz}, index.options().dtype(at::kLong));
   int64_t* out = order.data_ptr<int64_t>();
+  std::vector<int64_t> missed(n, 0);
+  const uint64_t range = static_cast<uint64_t>(r1);
   at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+    std::vector<uint32_t> table(r1 + r2);
     std::vector<int64_t> scratch(r1 + 1);
+    std::vector<uint32_t> first;
     for (int64_t p = b; p < e; ++p) {
-      const uint32_t* part = table + p * W;
-      int64_t m = 0;
+      std::fill(table.begin(), table.end(), 0u);
+      int64_t fill = 0, m = 0;
+      int64_t* dst = out + offsets[p];
+      const int64_t rows = offsets[p + 1] - offsets[p];
+      const Idx* x_of = keys.data() + offsets[p];
+      // the first probe of every row, in one loop the compiler vectorises (most rows need no other)
+      first.resize(rows);
+      if (f.levels > 1)
+        for (int64_t j = 0; j < rows; ++j)
+          first[j] = static_cast<uint32_t>(zen::reduce(zen::hash32(static_cast<uint64_t>(x_of[j]), f, 1), range));
+      std::vector<uint32_t> overflow;
+      for (int64_t j = 0; j < rows; ++j) {
+        const uint32_t i = grouped[offsets[p] + j];
+        bool placed = false;
+        for (int l = 1; l < f.levels && !placed; ++l) {
+          const uint64_t s = l == 1 ? first[j] : zen::reduce(zen::hash32(static_cast<uint64_t>(x_of[j]), f, l), range);
+          if (table[s] == 0) {
+            table[s] = i + 1;
+            placed = true;
+          }
+        }
+        if (placed) continue;
+        if (fill < r2) table[r1 + fill] = i + 1;
+        else overflow.push_back(i);
+        ++fill;
+      }
       for (int64_t s = 0; s < r1; ++s) {  // branch-free compaction of the ~half-full parallel region
-        const uint32_t v = part[s];
+        const uint32_t v = table[s];
         scratch[m] = static_cast<int64_t>(v) - 1;
         m += v != 0;
       }
-      int64_t* dst = out + offsets[p];
       std::memcpy(dst, scratch.data(), m * sizeof(int64_t));
-      const int64_t in_serial = std::min<int64_t>(static_cast<int64_t>(serial_fill[p]), r2);
-      for (int64_t t = 0; t < in_serial; ++t) dst[m++] = static_cast<int64_t>(part[r1 + t]) - 1;
-      for (int64_t o = spill_at[p]; o < spill_at[p + 1]; ++o) dst[m++] = spilled[o];
-      TORCH_CHECK(m == counts[p], "zen native: partition ", p, " lost rows (", m, " of ", counts[p], ")");
+      for (int64_t t = 0; t < std::min(fill, r2); ++t) dst[m++] = static_cast<int64_t>(table[r1 + t]) - 1;
+      for (const uint32_t i : overflow) dst[m++] = i;
+      TORCH_CHECK(m == rows, "zen native: partition ", p, " lost rows (", m, " of ", rows, ")");
+      missed[p] = fill;
     }
   });
   Tensor counts_t = at::empty({n}, at::kLong);
-  std::memcpy(counts_t.data_ptr<int64_t>(), counts.data(), n * sizeof(int64_t));
+  int64_t serial = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    counts_t.data_ptr<int64_t>()[p] = offsets[p + 1] - offsets[p];
+    serial += missed[p];
+  }
   return std::make_tuple(order, counts_t, serial);
 }
 
