@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from zen import encoding, native
 from zen.encoding import pack_bits, unpack_bits
-from zen.hashing import HashFamily, hierarchical_hash, server_rows
+from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
 
 
 def membership(index: torch.Tensor, parts) -> list[set[int]]:
@@ -89,3 +90,43 @@ def test_bits_roundtrip(length: int) -> None:
     packed = pack_bits(mask)
     assert packed.dtype == torch.uint8 and packed.numel() == -(-length // 8)
     assert torch.equal(unpack_bits(packed, length), mask)
+
+
+@pytest.mark.parametrize(("M", "n"), [(1, 1), (9, 2), (997, 3), (5003, 8), (20_011, 64)])
+def test_server_ranks_are_positions_in_s_j(M: int, n: int) -> None:
+    fam = HashFamily.from_seed(M)
+    members, offsets = server_rows(M, n, fam, torch.device("cpu"))
+    for j in range(n):
+        mine = members[offsets[j]:offsets[j + 1]]
+        positions = server_ranks(M, n, fam, torch.device("cpu"), j)(mine)
+        assert torch.equal(positions.long(), torch.arange(mine.numel()))
+
+
+@pytest.mark.parametrize("pull", encoding.ENCODINGS)
+@pytest.mark.parametrize(("M", "n", "D"), [(997, 3, 1), (5003, 4, 1), (61, 5, 7), (20_011, 8, 3)])
+def test_encode_rows_matches_scan(pull: str, M: int, n: int, D: int) -> None:
+    """The sparse encode (from a server's non-zero rows) sends exactly the bytes of the full scan of S_j,
+    where cancelled (zero, -0.0) rows are skipped, with native kernels and with the torch-op path."""
+    fam = HashFamily.from_seed(M + n)
+    g = torch.Generator().manual_seed(M)
+    members, offsets = server_rows(M, n, fam, torch.device("cpu"))
+    for j in range(n):
+        mine = members[offsets[j]:offsets[j + 1]]
+        k = max(1, mine.numel() // 5)
+        rows = mine[torch.randperm(mine.numel(), generator=g)[:k]].sort().values
+        out = torch.zeros(M, D)
+        out[rows.long()] = torch.randn(k, D, generator=g)
+        out[rows[: k // 3].long()] = 0.0
+        out[rows[k // 3 : k // 2].long()] = -0.0
+        nonzero = rows[out[rows.long()].ne(0).any(1)]
+        got = encoding.encode_rows(pull, nonzero, out[nonzero.long()], mine, M, server_ranks(M, n, fam, out.device, j),
+                                   torch.int32)
+        for use_native in (True, False):
+            if use_native:
+                ref = encoding.encode(pull, out, mine, torch.int32)
+            else:
+                with native.disabled():
+                    ref = encoding.encode(pull, out, mine, torch.int32)
+            assert got[1] == ref[1]
+            for a, b in zip(got[0], ref[0], strict=True):
+                assert a.dtype == b.dtype and torch.equal(a, b)

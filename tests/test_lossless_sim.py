@@ -73,3 +73,52 @@ def test_selector_picks_hc_for_disjoint_tiny_density_and_bp_for_overlap() -> Non
     assert zen.simulate("zen", disjoint, warmup=1).stats[0].choice == "hc"
     overlapping = [make_gradient("zipf", 1 << 18, 0.01, r, P, seed=1) for r in range(P)]
     assert zen.simulate("zen", overlapping, warmup=1).stats[0].choice == "bp"
+
+
+@pytest.mark.parametrize("pull", ["hash_bitmap", "coo", "bitmap"])
+def test_bp_compact_and_dense_paths_agree(pull: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BP's compact path (sum over the received ids, encode from them; forced on) and its dense path
+    (sum into `out`, scan S_r; forced on) give the same outputs and bytes, including rows whose sum
+    cancels to exactly zero."""
+    import zen.bp
+    from zen.bench.patterns import make_gradient
+
+    P = 4
+    tensors = [make_gradient("random", 4099, 0.02, r, P, seed=3) for r in range(P)]
+    tensors[1] = -tensors[0]  # rank 0's rows cancel, except where rank 1 is zeroed
+    tensors[1][::2] = 0
+    tensors[2][0] = 1.0  # row 0 too
+    runs = []
+    for ratio in (0, 10**9):
+        monkeypatch.setattr(zen.bp, "COMPACT_RATIO", ratio)
+        for name in ("zen-bp", "zen"):
+            res = zen.simulate(name, tensors, seed=5, warmup=1, pull=pull)
+            total, magnitude = reference_sum(tensors)
+            assert all(matches_reference(o, total, magnitude, P) for o in res.outputs)
+            assert all(torch.equal(o, res.outputs[0]) for o in res.outputs)
+            runs.append((res.outputs[0], res.phases))
+    union = int(torch.stack([t != 0 for t in tensors]).any(0).sum())
+    assert 0 < int((runs[0][0] != 0).sum()) < union  # some rows did cancel
+    for (out, phases), (ref_out, ref_phases) in zip(runs[2:], runs[:2], strict=True):
+        assert torch.equal(out, ref_out) and phases == ref_phases
+
+
+@pytest.mark.parametrize("P", [2, 4, 5, 8])
+def test_hc_union_survives_exact_cancellation(P: int) -> None:
+    """HC reads its union off the running sums; rows that cancel to exactly zero stay in the union
+    (lossless, bytes as predicted) even when partners send them again in later rounds."""
+    from zen.bench.patterns import make_gradient
+    from zen.prediction import layout_and_sets, predict
+
+    tensors = [make_gradient("random", 4099, 0.02, r, P, seed=3) for r in range(P)]
+    tensors[1] = -tensors[0]  # cancels in the first round
+    tensors[1][::3] = 0
+    if P >= 4:  # the same rows come back from the partner block, cancelled there too
+        tensors[2][tensors[0] != 0] = 1.0
+        tensors[3][tensors[0] != 0] = -1.0
+    res = zen.simulate("zen-hc", tensors, seed=7)
+    total, magnitude = reference_sum(tensors)
+    assert all(matches_reference(o, total, magnitude, P) and torch.equal(o, res.outputs[0]) for o in res.outputs)
+    layout, sets = layout_and_sets(tensors, 7)
+    for r, phases in enumerate(predict("zen-hc", sets, layout)):
+        assert {p: v[r] for p, v in res.phases.items() if v[r]} == {p: v for p, v in phases.items() if v}

@@ -7,11 +7,26 @@ import torch
 
 from zen import encoding, native
 from zen.comm.base import Communicator
-from zen.hashing import HashFamily, hierarchical_hash, server_rows
+from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
 from zen.prediction import count_meta
 from zen.registry import register_scheme
-from zen.rows import add_rows, concat, put_rows
+from zen.rows import add_messages, add_rows, put_rows, take_rows
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+
+COMPACT_RATIO = 10  # compact path when received ids <= |S_r| / 10 (CPU crossover measured near / 8)
+
+
+def _compact_sum(received: list[encoding.Message], width: int) -> encoding.Message:
+    """(ascending distinct ids, their non-zero sums) of the received messages. The sums are added message
+    by message in rank order from zero, the same float operations as add_messages into a zeroed `out`."""
+    rows, inverse = torch.unique(torch.cat([index for index, _ in received]), sorted=True, return_inverse=True)
+    sums = received[0][1].new_zeros((rows.numel(), width))
+    add_messages(sums, list(zip(inverse.split([int(index.numel()) for index, _ in received]),
+                                [values for _, values in received], strict=True)))
+    mask = encoding.nonzero_rows(sums)
+    if not bool(mask.all()):  # sums that cancelled to exactly zero are not sent
+        rows, sums = rows[mask], sums[mask]
+    return rows, sums
 
 
 @register_scheme("zen-bp")
@@ -33,12 +48,14 @@ class BalancedParallelism:
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
         family = HashFamily.from_seed(comm.shared_seed(), self.k)
-        self.push(grad, comm, out, stats, family)
-        self.pull_back(grad, comm, out, stats, family)
+        received = self.push(grad, comm, stats, family)
+        message, own = self.aggregate(grad, comm, out, stats, family, received)
+        self.pull_back(grad, comm, out, family, message, own)
 
-    def push(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats,
-             family: HashFamily) -> None:
-        """Partition this rank's non-zeros, send each partition to its server, aggregate ours in `out`."""
+    def push(self, grad: LocalGrad, comm: Communicator, stats: SyncStats,
+             family: HashFamily) -> list[encoding.Message]:
+        """Partition this rank's non-zeros, send each partition to its server; returns the (row ids,
+        values) every rank pushed to us, in rank order (ours included)."""
         index, values = grad.rows()
         n = comm.world_size
         parts = hierarchical_hash(index, n, family, self.r1_factor, self.r2_ratio)
@@ -46,22 +63,46 @@ class BalancedParallelism:
         stats.push_counts = parts.counts
         stats.extra["serial_rows"] = float(parts.serial)
         wire_index = index.index_select(0, parts.order).to(grad.index_dtype())
-        wire_values = values.index_select(0, parts.order)
+        wire_values = take_rows(values, parts.order)
         messages = list(zip(wire_index.split(parts.counts), wire_values.split(parts.counts), strict=True))
-        received = comm.all_to_all_v(messages, phase="push")
-        out.zero_()
-        add_rows(out, concat([m[0] for m in received]), concat([m[1] for m in received]))
+        return comm.all_to_all_v(messages, phase="push")
 
-    def pull_back(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats,
-                  family: HashFamily) -> None:
-        """Ship our aggregated partition to everyone; write the others' partitions into `out`."""
+    def aggregate(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats,
+                  family: HashFamily, received: list[encoding.Message]
+                  ) -> tuple[encoding.Message, encoding.Message | None]:
+        """Sum what was pushed to us, message by message in rank order, and encode it for the pull.
+
+        Only the received ids can be non-zero in our partition. On CPU, when they are few next to |S_r|,
+        the sums live in a compact buffer over the sorted distinct ids and the message is encoded from it
+        (O(1) bitmap positions): no scattered adds into `out`, no scan of all M / n rows of S_r there.
+        Returns (message, our non-zero (ids, sums) to write into `out` later, or None if `out` has them)."""
+        r = comm.rank
+        members, offsets = server_rows(grad.num_rows, comm.world_size, family, out.device)
+        mine = members[offsets[r] : offsets[r + 1]]
+        candidates = sum(int(index.numel()) for index, _ in received)
+        if out.device.type != "cpu" or candidates * COMPACT_RATIO > mine.numel():
+            out.zero_()
+            add_messages(out, received)
+            message, stats.server_count = encoding.encode(self.pull, out, mine, grad.index_dtype())
+            return message, None
+        rows, sums = _compact_sum(received, out.shape[1])
+        positions = server_ranks(grad.num_rows, comm.world_size, family, out.device, r)
+        message, stats.server_count = encoding.encode_rows(self.pull, rows, sums, mine, grad.num_rows,
+                                                           positions, grad.index_dtype())
+        return message, (rows, sums)
+
+    def pull_back(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, family: HashFamily,
+                  message: encoding.Message, own: encoding.Message | None) -> None:
+        """Ship our encoded partition to everyone; write ours (`own`, unless `out` holds it) and the
+        others' partitions into `out`."""
         n, r = comm.world_size, comm.rank
         members, offsets = server_rows(grad.num_rows, n, family, out.device)
-        mine = members[offsets[r] : offsets[r + 1]]
-        message, count = encoding.encode(self.pull, out, mine, grad.index_dtype())
-        stats.server_count = count
         decode = encoding.decoder(self.pull, grad.num_rows)
-        for j, (payload, values) in enumerate(comm.all_gather_v(message, phase="pull")):
+        gathered = comm.all_gather_v(message, phase="pull")
+        if own is not None:
+            out.zero_()
+            add_rows(out, *own)  # == put_rows on zeros (0 + v is v for the non-zero v sent), but faster
+        for j, (payload, values) in enumerate(gathered):
             rows_j = members[offsets[j] : offsets[j + 1]]
             fused = j != r and self.pull == "hash_bitmap" and native.scatter_hash_bitmap(out, payload, rows_j, values)
             if j != r and not fused:

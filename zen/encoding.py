@@ -5,6 +5,8 @@
 - bitmap: one bit per row of the whole tensor from every server (n * M / 8 bytes), for the study.
 - coo: row indices plus values.
 A server's message is (payload, values); the decoder returns the row ids the values belong to.
+`encode` scans the server's rows S_j in the aggregate; `encode_rows` builds the same message from the
+server's non-zero rows when it already knows them (work proportional to those rows, not to |S_j|).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from zen import native
 
 ENCODINGS = ("hash_bitmap", "coo", "bitmap")
+Message = tuple[torch.Tensor, torch.Tensor]  # (payload, values)
 _BIT_WEIGHTS: dict[torch.device, torch.Tensor] = {}
 
 
@@ -62,6 +65,31 @@ def encode(
     else:
         raise ValueError(f"unknown pull encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
     return (payload, values), int(values.shape[0])
+
+
+def encode_rows(
+    encoding: str, rows: torch.Tensor, block: torch.Tensor, members: torch.Tensor, num_rows: int,
+    positions: Callable[[torch.Tensor], torch.Tensor], index_dtype: torch.dtype,
+) -> tuple[Message, int]:
+    """`encode` of a server whose non-zero rows are exactly `rows` (ascending, distinct, all in
+    `members`), with values `block`: the same message bit for bit, with work proportional to len(rows)
+    instead of len(members). `positions` maps rows to their index in `members` (hashing.ServerRanks);
+    `num_rows` is M, for the plain bitmap."""
+    if encoding == "hash_bitmap":
+        payload = _set_bits(positions(rows), int(members.numel()))
+    elif encoding == "coo":
+        payload = rows.to(index_dtype)
+    elif encoding == "bitmap":
+        payload = _set_bits(rows.long(), num_rows)
+    else:
+        raise ValueError(f"unknown pull encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
+    return (payload, block), int(block.shape[0])
+
+
+def _set_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
+    """pack_bits of a mask given its distinct set positions (distinct bits, so the sum is an or)."""
+    packed = torch.zeros(-(-length // 8), dtype=torch.uint8, device=positions.device)
+    return packed.index_add_(0, positions >> 3, (1 << (positions & 7)).to(torch.uint8))
 
 
 def decoder(encoding: str, num_rows: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

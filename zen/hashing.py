@@ -163,3 +163,50 @@ def server_rows(
     if num_rows >= MAX_ROWS:
         raise ValueError(f"tensors with >= 2^32 rows are not supported (got {num_rows})")
     return _server_rows_cached(num_rows, n, family.seed, str(device))
+
+
+def _popcount_below_table() -> torch.Tensor:
+    """BELOW[8 * byte + k] = number of set bits of `byte` below bit k (2048 entries)."""
+    return torch.tensor([bin(v & ((1 << k) - 1)).count("1") for v in range(256) for k in range(8)],
+                        dtype=torch.int64)
+
+
+@dataclass(frozen=True)
+class ServerRanks:
+    """Position of a row inside its server's S_j (the bit it owns in the hash bitmap), in O(1).
+
+    A membership bit per row of the tensor plus the count of S_j members before each byte: 5/8 bytes
+    per row, built once per tensor size. Lets a server encode from its few candidate rows instead of
+    scanning all |S_j| = M / n rows of the aggregate (section 4's bitmap, same bits)."""
+
+    bits: torch.Tensor  # uint8 (ceil(M / 8),): bit t of byte b set iff row 8b + t is in S_j
+    base: torch.Tensor  # (ceil(M / 8),) int32 (int64 from 2^31 rows): members of S_j among rows < 8b
+    below: torch.Tensor  # _popcount_below_table() on the device, in base's dtype
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        """Positions in S_j of `rows`, which must all be members of S_j (dtype of `base`)."""
+        rows = rows.to(self.base.dtype)
+        byte = rows >> 3
+        key = (self.bits.index_select(0, byte).to(rows.dtype) << 3) | (rows & 7)
+        return self.base.index_select(0, byte) + self.below.index_select(0, key)
+
+
+@lru_cache(maxsize=16)
+def _server_ranks_cached(num_rows: int, n: int, seed: int, device: str, server: int) -> ServerRanks:
+    members, offsets = _server_rows_cached(num_rows, n, seed, device)
+    mine = members[offsets[server] : offsets[server + 1]].long()
+    nbytes = -(-num_rows // 8)
+    bits = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    bits.index_add_(0, mine >> 3, (1 << (mine & 7)).to(torch.uint8))  # distinct bits: sum == or
+    dtype = torch.int32 if num_rows < 2**31 else torch.int64
+    below = _popcount_below_table().to(device=device, dtype=dtype)
+    counts = below[(bits.long() << 3) | 7] + (bits >> 7).to(dtype)  # popcount of every byte
+    base = torch.cumsum(counts, 0, dtype=dtype) - counts
+    return ServerRanks(bits, base, below)
+
+
+def server_ranks(num_rows: int, n: int, family: HashFamily, device: torch.device, server: int) -> ServerRanks:
+    """Row -> position in S_server lookup for one server (cached per tensor size, like `server_rows`)."""
+    if num_rows >= MAX_ROWS:
+        raise ValueError(f"tensors with >= 2^32 rows are not supported (got {num_rows})")
+    return _server_ranks_cached(num_rows, n, family.seed, str(device), server)
