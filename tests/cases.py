@@ -15,8 +15,9 @@ M = 997  # prime, so no partition or block size divides it
 def _dense(idx: torch.Tensor, rank: int, dtype: torch.dtype, numel: int = M) -> torch.Tensor:
     g = torch.Generator().manual_seed(1000 + rank)
     t = torch.zeros(numel, dtype=torch.float64)
-    t[idx] = torch.randn(idx.numel(), generator=g, dtype=torch.float64) + 0.5
-    t[t == 0] = 1.0
+    values = torch.randn(idx.numel(), generator=g, dtype=torch.float64) + 0.5
+    values[values.to(dtype) == 0] = 1.0  # the chosen rows stay non-zero after the cast; all others stay zero
+    t[idx] = values
     return t.to(dtype)
 
 
