@@ -303,8 +303,8 @@ std::tuple<Tensor, Tensor> nonzero_rows(const Tensor& dense_in) {
 // compare-and-swap (the CUDA kernel's way), the indices are first grouped by partition (a stable counting
 // sort by h0), and each thread then runs the probes of whole partitions: its partition's table (r1 + r2
 // slots, cache-sized) is private, every claim is a plain load and store, and the claimed slots are
-// compacted straight into the partition's place in the output. Same partitions, same claims as the
-// parallel algorithm run in position order.
+// compacted straight into the partition's place in the output. Same partitions, and the claims of the
+// parallel algorithm run in position order (one valid outcome of its race).
 
 template <typename Idx>
 std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, const Family& f, int64_t r1,
@@ -333,13 +333,13 @@ std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, co
   offsets[n] = acc;
   // positions and their indices, partition-major, ascending inside a partition (read in order below)
   std::vector<uint32_t> grouped(nnz);
-  std::vector<Idx> keys(nnz);
+  std::vector<uint32_t> keys(nnz);  // the low 32 bits: all that hash32 reads
   chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
     int64_t* cur = cursor.data() + c * n;
     for (int64_t i = lo; i < hi; ++i) {
       const int64_t g = cur[part[i]]++;
       grouped[g] = static_cast<uint32_t>(i);
-      keys[g] = idx[i];
+      keys[g] = static_cast<uint32_t>(idx[i]);
     }
   });
 
@@ -348,36 +348,33 @@ std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, co
   std::vector<int64_t> missed(n, 0);
   const uint64_t range = static_cast<uint64_t>(r1);
   at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
-    std::vector<uint32_t> table(r1 + r2);
+    std::vector<uint32_t> table(r1 + r2 + 1);  // + a dummy slot that takes the writes of rows placing nothing
     std::vector<int64_t> scratch(r1 + 1);
-    std::vector<uint32_t> first;
+    std::vector<uint32_t> missed_rows;
+    const uint64_t dummy = static_cast<uint64_t>(r1 + r2);
     for (int64_t p = b; p < e; ++p) {
       std::fill(table.begin(), table.end(), 0u);
-      int64_t fill = 0, m = 0;
+      int64_t m = 0;
       int64_t* dst = out + offsets[p];
       const int64_t rows = offsets[p + 1] - offsets[p];
-      const Idx* x_of = keys.data() + offsets[p];
-      // the first probe of every row, in one loop the compiler vectorises (most rows need no other)
-      first.resize(rows);
-      if (f.levels > 1)
-        for (int64_t j = 0; j < rows; ++j)
-          first[j] = static_cast<uint32_t>(zen::reduce(zen::hash32(static_cast<uint64_t>(x_of[j]), f, 1), range));
-      std::vector<uint32_t> overflow;
+      const uint32_t* pos = grouped.data() + offsets[p];
+      const uint32_t* x_of = keys.data() + offsets[p];
+      missed_rows.clear();
+      // Rows in position order, each trying its k probes before the next row (as one thread of the parallel
+      // algorithm would), without a branch to mispredict: every probe's slot is read, the first free one
+      // (or the dummy slot) gets the write, and only the rare rows that missed all k probes branch.
       for (int64_t j = 0; j < rows; ++j) {
-        const uint32_t i = grouped[offsets[p] + j];
-        bool placed = false;
-        for (int l = 1; l < f.levels && !placed; ++l) {
-          const uint64_t s = l == 1 ? first[j] : zen::reduce(zen::hash32(static_cast<uint64_t>(x_of[j]), f, l), range);
-          if (table[s] == 0) {
-            table[s] = i + 1;
-            placed = true;
-          }
+        const uint64_t x = static_cast<uint64_t>(x_of[j]);
+        uint64_t target = dummy;
+        for (int l = f.levels - 1; l >= 1; --l) {
+          const uint64_t s = zen::reduce(zen::hash32(x, f, l), range);
+          target = table[s] == 0 ? s : target;
         }
-        if (placed) continue;
-        if (fill < r2) table[r1 + fill] = i + 1;
-        else overflow.push_back(i);
-        ++fill;
+        table[target] = pos[j] + 1;
+        if (target == dummy) missed_rows.push_back(pos[j]);
       }
+      const int64_t fill = static_cast<int64_t>(missed_rows.size());  // the serial region, then the overflow
+      for (int64_t t = 0; t < std::min(fill, r2); ++t) table[r1 + t] = missed_rows[t] + 1;
       for (int64_t s = 0; s < r1; ++s) {  // branch-free compaction of the ~half-full parallel region
         const uint32_t v = table[s];
         scratch[m] = static_cast<int64_t>(v) - 1;
@@ -385,7 +382,7 @@ std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, co
       }
       std::memcpy(dst, scratch.data(), m * sizeof(int64_t));
       for (int64_t t = 0; t < std::min(fill, r2); ++t) dst[m++] = static_cast<int64_t>(table[r1 + t]) - 1;
-      for (const uint32_t i : overflow) dst[m++] = i;
+      for (int64_t t = r2; t < fill; ++t) dst[m++] = missed_rows[t];
       TORCH_CHECK(m == rows, "zen native: partition ", p, " lost rows (", m, " of ", rows, ")");
       missed[p] = fill;
     }
