@@ -65,6 +65,24 @@ int64_t exclusive_scan(std::vector<int64_t>& v) {
   return acc;
 }
 
+// Stable partition-major placement from per-chunk histograms hist[c * n + p]: returns the first output
+// slot of (chunk c, partition p) at [c * n + p] = rows of partitions < p + rows of p in chunks < c, and
+// sets offsets[p] = first slot of partition p (offsets[n] = total).
+std::vector<int64_t> chunk_cursors(const std::vector<int64_t>& hist, int64_t chunks, int64_t n,
+                                   std::vector<int64_t>& offsets) {
+  std::vector<int64_t> cursor(chunks * n);
+  int64_t acc = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    offsets[p] = acc;
+    for (int64_t c = 0; c < chunks; ++c) {
+      cursor[c * n + p] = acc;
+      acc += hist[c * n + p];
+    }
+  }
+  offsets[n] = acc;
+  return cursor;
+}
+
 Family family_of(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   TORCH_CHECK(!a.empty() && a.size() == b.size() && a.size() <= static_cast<size_t>(zen::kMaxLevels),
               "zen native: need 1..", zen::kMaxLevels, " hash levels, got ", a.size());
@@ -320,17 +338,8 @@ std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, co
     int64_t* h = hist.data() + c * n;
     for (int64_t i = lo; i < hi; ++i) ++h[part[i]];
   });
-  // cursor of (chunk c, partition p) = rows of partitions < p + rows of p in chunks < c
-  std::vector<int64_t> offsets(n + 1, 0), cursor(chunks.count * n);
-  int64_t acc = 0;
-  for (int64_t p = 0; p < n; ++p) {
-    offsets[p] = acc;
-    for (int64_t c = 0; c < chunks.count; ++c) {
-      cursor[c * n + p] = acc;
-      acc += hist[c * n + p];
-    }
-  }
-  offsets[n] = acc;
+  std::vector<int64_t> offsets(n + 1, 0);
+  std::vector<int64_t> cursor = chunk_cursors(hist, chunks.count, n, offsets);
   // positions and their indices, partition-major, ascending inside a partition (read in order below)
   std::vector<uint32_t> grouped(nnz);
   std::vector<uint32_t> keys(nnz);  // the low 32 bits: all that hash32 reads
@@ -422,17 +431,7 @@ Tensor server_rows_impl(int64_t M, int64_t n, const Family& f, std::vector<int64
     int64_t* h = hist.data() + c * n;
     for (int64_t x = lo; x < hi; ++x) ++h[zen::partition_of(static_cast<uint64_t>(x), f, un)];
   });
-  // base of (chunk c, partition p) = rows of partitions < p + rows of p in chunks < c (partition-major)
-  std::vector<int64_t> base(chunks.count * n);
-  int64_t acc = 0;
-  for (int64_t p = 0; p < n; ++p) {
-    offsets[p] = acc;
-    for (int64_t c = 0; c < chunks.count; ++c) {
-      base[c * n + p] = acc;
-      acc += hist[c * n + p];
-    }
-  }
-  offsets[n] = acc;
+  std::vector<int64_t> base = chunk_cursors(hist, chunks.count, n, offsets);
   Tensor members = at::empty({M}, at::TensorOptions().dtype(c10::CppTypeToScalarType<Idx>::value));
   Idx* out = members.data_ptr<Idx>();
   chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
