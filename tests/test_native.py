@@ -231,6 +231,16 @@ def test_disabled_and_failed_build_fall_back(ext: ModuleType, monkeypatch: pytes
     assert len(warnings) == 1 and "no compiler here" in warnings[0].getMessage()
 
 
+def test_cpu_build_flags_follow_the_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zen.native import build
+
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that rejects everything: portable flags
+    assert build.cpu_cflags() == []
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    assert build.cpu_cflags() == []
+    assert len(build.host_cpu_tag()) == 10 and build.host_cpu_tag() == build.host_cpu_tag()
+
+
 def test_kernels_bench_cli(ext: ModuleType, tmp_path, capsys: pytest.CaptureFixture) -> None:
     from zen.cli import main
 

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +21,6 @@ from types import ModuleType
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = {"cpu": ("zen_cpu.cpp",), "cuda": ("zen_cuda_binding.cpp", "zen_cuda.cu")}
 CFLAGS = ["-O3", "-fopenmp"]  # at::parallel_for is OpenMP inline code: without -fopenmp it runs serially
-CPU_CFLAGS = ["-march=native"]  # the CPU kernels use the vector width of the machine they are built on
 LDFLAGS = ["-fopenmp"]  # resolves to the libgomp.so.1 that torch already loaded
 NVCC_FLAGS = ["-O3"]  # torch adds -std=c++20, its COMMON_NVCC_FLAGS and the -gencode flags
 
@@ -37,6 +37,18 @@ def build_root() -> Path:
     from torch.utils.cpp_extension import get_default_build_root
 
     return Path(get_default_build_root()) / "zen_native"
+
+
+def cpu_cflags() -> list[str]:
+    """["-march=native"] when the C++ compiler takes it (the CPU kernels then use the vector width of the
+    machine they are built on), else nothing: a compiler without the flag still gets a portable build."""
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        probe = subprocess.run([cxx, "-march=native", "-x", "c++", "-E", "-"], input=b"", capture_output=True,
+                               timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return ["-march=native"] if probe.returncode == 0 else []
 
 
 def host_cpu_tag() -> str:
@@ -65,7 +77,7 @@ def load_extension(kind: str, verbose: bool = False) -> ModuleType:
     return cpp_extension.load(
         name=name,
         sources=[str(CSRC / s) for s in SOURCES[kind]],
-        extra_cflags=CFLAGS + (CPU_CFLAGS if kind == "cpu" else []),
+        extra_cflags=CFLAGS + (cpu_cflags() if kind == "cpu" else []),
         extra_ldflags=LDFLAGS,
         extra_cuda_cflags=NVCC_FLAGS,
         extra_include_paths=[str(CSRC)],
