@@ -76,17 +76,17 @@ def encode_rows(
     instead of len(members). `positions` maps rows to their index in `members` (hashing.ServerRanks);
     `num_rows` is M, for the plain bitmap."""
     if encoding == "hash_bitmap":
-        payload = _set_bits(positions(rows), int(members.numel()))
+        payload = set_bits(positions(rows), int(members.numel()))
     elif encoding == "coo":
         payload = rows.to(index_dtype)
     elif encoding == "bitmap":
-        payload = _set_bits(rows.long(), num_rows)
+        payload = set_bits(rows.long(), num_rows)
     else:
         raise ValueError(f"unknown pull encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
     return (payload, block), int(block.shape[0])
 
 
-def _set_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
+def set_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
     """pack_bits of a mask given its distinct set positions (distinct bits, so the sum is an or)."""
     packed = torch.zeros(-(-length // 8), dtype=torch.uint8, device=positions.device)
     return packed.index_add_(0, positions >> 3, (1 << (positions & 7)).to(torch.uint8))

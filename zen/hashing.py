@@ -17,6 +17,7 @@ from functools import lru_cache
 import torch
 
 from zen import native
+from zen.encoding import set_bits
 
 MASK32 = 0xFFFFFFFF
 MAX_ROWS = 1 << 32
@@ -195,9 +196,7 @@ class ServerRanks:
 def _server_ranks_cached(num_rows: int, n: int, seed: int, device: str, server: int) -> ServerRanks:
     members, offsets = _server_rows_cached(num_rows, n, seed, device)
     mine = members[offsets[server] : offsets[server + 1]].long()
-    nbytes = -(-num_rows // 8)
-    bits = torch.zeros(nbytes, dtype=torch.uint8, device=device)
-    bits.index_add_(0, mine >> 3, (1 << (mine & 7)).to(torch.uint8))  # distinct bits: sum == or
+    bits = set_bits(mine, num_rows)
     dtype = torch.int32 if num_rows < 2**31 else torch.int64
     below = _popcount_below_table().to(device=device, dtype=dtype)
     counts = below[(bits.long() << 3) | 7] + (bits >> 7).to(dtype)  # popcount of every byte
