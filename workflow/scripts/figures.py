@@ -36,6 +36,16 @@ def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
                frameon=False)
 
 
+def _scheme_lines(ax: plt.Axes, cell: pd.DataFrame, y: str,
+                  style: Callable[[str], dict] | None = None) -> None:
+    """One line of `y` against world_size per scheme, in the shared scheme order, colours and markers;
+    `style(scheme)` overrides the line's keyword arguments."""
+    for scheme in scheme_order(cell["scheme"]):
+        s = cell[cell["scheme"] == scheme].sort_values("world_size")
+        kwargs = {"color": color(scheme), "label": label(scheme), **(style(scheme) if style else {})}
+        ax.plot(s["world_size"], s[y], marker=marker(scheme), **kwargs)
+
+
 def _log2_ranks(ax: plt.Axes, ranks: pd.Series) -> None:
     """Log2 x axis labelled with the plain rank counts."""
     ticks = sorted(set(int(n) for n in ranks))
@@ -56,10 +66,7 @@ def microbench_sim(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame
     cells = list(data.groupby(["pattern", "density"], sort=True))
     fig, axes = _panels(len(cells))
     for ax, ((pattern, density), cell) in zip(axes, cells, strict=True):
-        for scheme in scheme_order(cell["scheme"]):
-            s = cell[cell["scheme"] == scheme]
-            ax.plot(s["world_size"], s["time_vs_allreduce"], marker=marker(scheme), color=color(scheme),
-                    label=label(scheme))
+        _scheme_lines(ax, cell, "time_vs_allreduce")
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
         _log2_ranks(ax, cell["world_size"])
         ax.set_yscale("log")
@@ -181,6 +188,13 @@ def fig3_skew(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     return fig, shares.merge(data, on="workload")
 
 
+def _ideal_bp_style(scheme: str) -> dict:
+    """Fig 8's BP-without-index line: the ideal (indices for free), dashed in its own colour."""
+    if scheme != "bp-without-index":
+        return {}
+    return {"ls": "--", "color": color("zen-bp-noindex"), "label": label("zen-bp-noindex")}
+
+
 def fig8_scale(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     """Fig 8: algorithmic communication time normalised to AllReduce vs #GPUs (exact bytes / bandwidth)."""
     data = frames[0].sort_values(["source", "density", "scheme", "world_size"])
@@ -190,12 +204,7 @@ def fig8_scale(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     fig, axes = _panels(len(cells), width=5.2, height=3.8)
     for ax, (_, cell) in zip(axes, cells, strict=True):
         source, density = cell["source"].iloc[0], cell.loc[cell["world_size"].idxmax(), "density"]
-        for scheme in scheme_order(cell["scheme"]):
-            s = cell[cell["scheme"] == scheme]
-            ideal = scheme == "bp-without-index"
-            ax.plot(s["world_size"], s["normalized"], marker=marker(scheme), ls="--" if ideal else "-",
-                    color=color("zen-bp-noindex" if ideal else scheme),
-                    label=label("zen-bp-noindex" if ideal else scheme))
+        _scheme_lines(ax, cell, "normalized", _ideal_bp_style)
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
         _log2_ranks(ax, cell["world_size"])
         ax.set_xlabel("#GPUs")
@@ -214,10 +223,7 @@ def fig11_throughput(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFra
     cells = list(data.groupby("workload", sort=True))
     fig, axes = _panels(len(cells))
     for ax, (workload, cell) in zip(axes, cells, strict=True):
-        for scheme in scheme_order(cell["scheme"]):
-            s = cell[cell["scheme"] == scheme].sort_values("world_size")
-            ax.plot(s["world_size"], s["samples_per_s"], marker=marker(scheme), color=color(scheme),
-                    label=label(scheme))
+        _scheme_lines(ax, cell, "samples_per_s")
         _log2_ranks(ax, cell["world_size"])
         ax.set_xlabel("#workers (ranks)")
         ax.set_ylabel("throughput (samples/s)")
