@@ -24,7 +24,7 @@ class AllGatherSparse:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         gathered = comm.all_gather_v((index.to(grad.index_dtype()), values), phase="gather")
-        out.zero_()
+        grad.zero_output(out)
         add_messages(out, gathered)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:

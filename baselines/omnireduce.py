@@ -39,7 +39,7 @@ import torch
 from baselines.sparse_ps import even_bounds, owner_traffic, range_counts
 from zen.comm.base import Communicator
 from zen.registry import register_scheme
-from zen.rows import add_messages, concat, put_rows
+from zen.rows import add_messages, concat
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
@@ -70,12 +70,11 @@ class OmniReduce:
         stats.nnz = int(index.numel())
         blocks = self._nonzero_blocks(index, values != 0)
         stats.push_counts = range_counts(blocks, bounds)
-        out.zero_()
-        put_rows(out, index, values)
+        grad.own_output(out, index, values)
         columns = blocks.split(stats.push_counts)
         messages = [self._column(flat, columns[j], bounds[j + 1], id_dtype) for j in range(P)]
         received = comm.all_to_all_v(messages, phase="push")
-        out.zero_()
+        grad.zero_output(out)
         ids = [words[:-1] for words, _ in received]
         add_messages(flat.view(-1, 1), [(self._elements(x, flat.numel()), payload.view(-1, 1))
                                          for x, (_, payload) in zip(ids, received, strict=True)])

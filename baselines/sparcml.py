@@ -296,7 +296,7 @@ class SparCML:
                 result = [self._recursive_double(ops, comm, stream, vrank, extra)]
             if r < 2 * extra:
                 comm.sendrecv(r - 1, ops.encode(result), None, phase="unfold")
-        out.zero_()
+        grad.zero_output(out)
         for s in result:
             ops.write(out, s)
         stats.extra["dense_rows"] = float(sum(s.n for s in result if s.index is None))

@@ -64,7 +64,7 @@ class SparseParameterServer:
         wire_index = index.to(grad.index_dtype())
         messages = list(zip(wire_index.split(counts), values.split(counts), strict=True))
         received = comm.all_to_all_v(messages, phase="push")
-        out.zero_()
+        grad.zero_output(out)
         add_messages(out, received)
         members = torch.arange(bounds[r], bounds[r + 1], device=out.device)
         message, stats.server_count = encoding.encode("coo", out, members, grad.index_dtype())

@@ -53,3 +53,15 @@ def test_cli_rejects_bad_density_and_scheme(capsys: pytest.CaptureFixture[str]) 
         main(["bench", "--schemes", "allreduce,nope"])
     with pytest.raises(SystemExit):
         main(["bench", "--pattern", "nope"])
+
+
+def test_out_overlapping_the_input_is_refused() -> None:
+    """out may be the input itself (in place) or apart from it; a partial overlap would corrupt the input
+    while it is read."""
+    buf = torch.zeros(2001)
+    buf[:1000:7] = 1.0
+    with pytest.raises(zen.ZenInputError, match="overlaps"):
+        zen.simulate("zen", [buf[:2000]], outs=[buf[1:]])
+    square = torch.zeros(40, 40)
+    with pytest.raises(zen.ZenInputError, match="overlaps"):
+        zen.simulate("zen", [square.t()], outs=[square])

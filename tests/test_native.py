@@ -209,6 +209,58 @@ def test_simulate_zen_bp_sparse_rows(ext: ModuleType) -> None:
         assert torch.equal(a, b)
 
 
+def _sorted_rows(n: int, top: int, width: int, dtype: torch.dtype, index_dtype: torch.dtype,
+                 g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randperm(top, generator=g)[:n].sort().values.to(index_dtype)
+    values = (torch.randn(n, width, generator=g) + 0.25).to(dtype)
+    return ids, values
+
+
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("width", [1, 3])
+def test_merge_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, index_dtype: torch.dtype,
+                                      width: int) -> None:
+    """HC's union step: native lanes == torch.unique + adds, bit for bit, on overlapping, disjoint, empty,
+    identical and one-sided inputs (every lane boundary case: fewer rows than lanes, ids 0 and top - 1)."""
+    from zen.rows import merge_rows
+
+    g = torch.Generator().manual_seed(width * 31 + VALUE_DTYPES.index(dtype))
+    top = 5000
+    cases = [(_sorted_rows(na, top, width, dtype, index_dtype, g), _sorted_rows(nb, top, width, dtype, index_dtype, g))
+             for na, nb in ((0, 0), (0, 7), (3, 0), (1, 1), (2, 5), (1000, 1000), (4000, 30), (30, 4000))]
+    same = _sorted_rows(500, top, width, dtype, index_dtype, g)
+    cases.append((same, (same[0], same[1].flip(0))))
+    cases.append(((torch.tensor([0, top - 1], dtype=index_dtype), same[1][:2]),
+                  (torch.tensor([0, 1, top - 1], dtype=index_dtype), same[1][:3])))
+    for a, b in cases:
+        fast = merge_rows(a, b)
+        with native.disabled():
+            ref = merge_rows(a, b)
+        assert fast[0].dtype == index_dtype and torch.equal(fast[0], ref[0].to(index_dtype))
+        assert torch.equal(fast[1].view(torch.uint8), ref[1].view(torch.uint8))
+    with pytest.raises(RuntimeError, match="ascending and distinct"):
+        ext.merge_rows(torch.tensor([5, 3]), torch.ones(2, 1), torch.tensor([4]), torch.ones(1, 1))
+
+
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+@pytest.mark.parametrize("width", [1, 4])
+def test_put_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, width: int) -> None:
+    from zen.rows import put_rows
+
+    g = torch.Generator().manual_seed(9)
+    for index_dtype in (torch.int32, torch.int64):
+        ids, values = _sorted_rows(700, 3001, width, dtype, index_dtype, g)
+        ids = ids[torch.randperm(ids.numel(), generator=g)]  # any order of distinct ids
+        fast, ref = torch.full((3001, width), 7.0, dtype=dtype), torch.full((3001, width), 7.0, dtype=dtype)
+        put_rows(fast, ids, values)
+        with native.disabled():
+            put_rows(ref, ids, values)
+        assert torch.equal(fast.view(torch.uint8), ref.view(torch.uint8))
+    with pytest.raises(RuntimeError, match="outside"):
+        ext.put_rows(torch.zeros(10, 1), torch.tensor([3, 10]), torch.ones(2, 1))
+
+
 def test_disabled_and_failed_build_fall_back(ext: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
     with native.disabled():

@@ -23,7 +23,10 @@ _SCHEMES: dict[tuple, Scheme] = {}
 
 def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
          validate: bool = True) -> tuple[torch.Tensor, SyncStats]:
-    """Run one scheme on one rank; returns the dense sum (shaped like `tensor`) and the rank's stats."""
+    """Run one scheme on one rank; returns the dense sum (shaped like `tensor`) and the rank's stats.
+
+    `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then only touch the rows
+    that change instead of writing the whole output."""
     grad = to_local_grad(tensor)
     stats = SyncStats()
     comm.traffic = stats.traffic
@@ -32,6 +35,7 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
     if validate:
         check_inputs(grad, tuple(tensor.shape), scheme.name, comm)
     result = output_like(tensor, out)
+    grad.in_place = grad.dense is not None and result.data_ptr() == grad.dense.data_ptr()
     scheme(grad, comm, result.view(grad.num_rows, grad.row_width), stats)
     return result, stats
 

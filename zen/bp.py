@@ -81,7 +81,7 @@ class BalancedParallelism:
         mine = members[offsets[r] : offsets[r + 1]]
         candidates = sum(int(index.numel()) for index, _ in received)
         if out.device.type != "cpu" or candidates * COMPACT_RATIO > mine.numel():
-            out.zero_()
+            grad.zero_output(out)
             add_messages(out, received)
             message, stats.server_count = encoding.encode(self.pull, out, mine, grad.index_dtype())
             return message, None
@@ -100,8 +100,8 @@ class BalancedParallelism:
         decode = encoding.decoder(self.pull, grad.num_rows)
         gathered = comm.all_gather_v(message, phase="pull")
         if own is not None:
-            out.zero_()
-            add_rows(out, *own)  # == put_rows on zeros (0 + v is v for the non-zero v sent), but faster
+            grad.zero_output(out)
+            add_rows(out, *own)
         for j, (payload, values) in enumerate(gathered):
             rows_j = members[offsets[j] : offsets[j + 1]]
             fused = j != r and self.pull == "hash_bitmap" and native.scatter_hash_bitmap(out, payload, rows_j, values)

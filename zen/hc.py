@@ -11,56 +11,10 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator
-from zen.encoding import nonzero_rows
 from zen.prediction import COUNT_BYTES
 from zen.registry import register_scheme
-from zen.rows import add_rows, put_rows, take_rows
+from zen.rows import merge_rows
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
-
-
-class _Union:
-    """A rank's union of row ids and its running sums: in `out` (rows outside the union are zero) and,
-    through the first merge, also compactly in `values`, equal to out[rows] bit for bit. Our own rows are
-    ascending until then (LocalGrad.rows()), so the first merge patches the few rows it shares with the
-    sender by binary search, and the next round sends without gathering the union from `out`."""
-
-    def __init__(self, rows: torch.Tensor, values: torch.Tensor):
-        self.rows = rows  # distinct wire-dtype ids; each non-zero in `out` unless listed in `cancelled`
-        self.cancelled = rows[~nonzero_rows(values)]  # sparse COO inputs may carry zero rows
-        self.values: torch.Tensor | None = values
-        self.merges = 0
-
-    def merge(self, out: torch.Tensor, got_idx: torch.Tensor, got_val: torch.Tensor) -> None:
-        """out[got] += got_val (one add per row, which commutes, so partners agree bit for bit) and
-        append the received ids that were new to the union."""
-        old = take_rows(out, got_idx)
-        add_rows(out, got_idx, got_val)  # index_add_: on CPU much cheaper than index_copy_ of the sums
-        total = old + got_val  # what `out` now holds at got_idx
-        fresh = ~nonzero_rows(old)
-        if self.cancelled.numel():
-            fresh &= ~torch.isin(got_idx, self.cancelled)
-        if self.merges == 0 and self.values is not None:
-            shared = ~fresh
-            values = self.values.clone()
-            values[torch.searchsorted(self.rows, got_idx[shared])] = total[shared]
-            self.values = torch.cat([values, _select_rows(got_val, fresh)])  # 0 + v is v: v is never -0.0
-        else:
-            self.values = None
-        self.rows = torch.cat([self.rows, torch.masked_select(got_idx, fresh)])
-        self.merges += 1
-        zero = ~nonzero_rows(total)
-        if bool(zero.any()):  # exact cancellation: in the union, yet zero in `out`
-            self.cancelled = torch.cat([self.cancelled, got_idx[zero]])
-
-    def aggregate(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(ids, sums) of the union, to send to the next partner."""
-        return self.rows, self.values if self.values is not None else take_rows(out, self.rows)
-
-
-def _select_rows(block: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    if block.shape[1] == 1:
-        return torch.masked_select(block.view(-1), mask).view(-1, 1)
-    return block[mask]
 
 
 def fold_layout(world_size: int) -> tuple[int, int]:
@@ -71,10 +25,10 @@ def fold_layout(world_size: int) -> tuple[int, int]:
 
 @register_scheme("zen-hc")
 class HierarchicalCentralization:
-    """Rank r keeps its running union of row ids in a `_Union` (distinct, in arrival order; the order on
-    the wire is free since receivers add distinct rows). A merge finds the ids it lacked from `out`
-    itself: every row of the union is non-zero there except exact cancellations, which are tracked
-    apart, so a merge costs O(rows received) and touches only rows it adds to (no sort of the union)."""
+    """Rank r keeps its running union as (ids, sums) with ascending ids: our rows come ascending
+    (LocalGrad.rows()), every message is such a union, and a merge of two is one sequential pass
+    (rows.merge_rows). The dense output is written once, at the end, in address order. Rows whose sums
+    cancel to exactly zero stay in the union, so every rank's union is the union of the index sets."""
 
     name = "zen-hc"
     sparse_input = True
@@ -86,30 +40,25 @@ class HierarchicalCentralization:
         P, r = comm.world_size, comm.rank
         p2, extra = fold_layout(P)
         like = (index[:0].to(idx_dtype), values[:0])
-        if grad.dense is None:  # sparse inputs may hold -0.0; send +0.0 like every sum in `out`
+        if grad.dense is None:  # sparse inputs may hold -0.0; send +0.0 like every sum
             values = values + 0.0
-        own = (index.to(idx_dtype), values)
+        union = (index.to(idx_dtype), values)
         if r < 2 * extra and r % 2 == 0:  # sits out: hand data to the odd neighbour, wait for the sum
-            comm.sendrecv(r + 1, own, None, phase="fold")
-            got_idx, got_val = comm.sendrecv(r + 1, None, like, phase="unfold")
-            out.zero_()
-            put_rows(out, got_idx, got_val)
-            stats.extra["union_rows"] = float(got_idx.numel())
-            return
-        out.zero_()
-        add_rows(out, *own)  # == put_rows on zeros (0 + v is v), and faster on CPU
-        union = _Union(*own)
-        if r < 2 * extra:
-            union.merge(out, *comm.sendrecv(r - 1, None, like, phase="fold"))
-        vrank = r // 2 if r < 2 * extra else r - extra
-        for level in range(p2.bit_length() - 1):
-            vpeer = vrank ^ (1 << level)
-            peer = 2 * vpeer + 1 if vpeer < extra else vpeer + extra
-            union.merge(out, *comm.sendrecv(peer, union.aggregate(out), like, phase="reduce"))
-            stats.extra[f"union_rows_{2 << level}"] = float(union.rows.numel())
-        if r < 2 * extra:
-            comm.sendrecv(r - 1, union.aggregate(out), None, phase="unfold")
-        stats.extra["union_rows"] = float(union.rows.numel())
+            comm.sendrecv(r + 1, union, None, phase="fold")
+            union = comm.sendrecv(r + 1, None, like, phase="unfold")
+        else:
+            if r < 2 * extra:
+                union = merge_rows(union, comm.sendrecv(r - 1, None, like, phase="fold"))
+            vrank = r // 2 if r < 2 * extra else r - extra
+            for level in range(p2.bit_length() - 1):
+                vpeer = vrank ^ (1 << level)
+                peer = 2 * vpeer + 1 if vpeer < extra else vpeer + extra
+                union = merge_rows(union, comm.sendrecv(peer, union, like, phase="reduce"))
+                stats.extra[f"union_rows_{2 << level}"] = float(union[0].numel())
+            if r < 2 * extra:
+                comm.sendrecv(r - 1, union, None, phase="unfold")
+        grad.write_result(out, *union)
+        stats.extra["union_rows"] = float(union[0].numel())
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """Replays the rounds on row masks: each receive is the sender's current union."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from zen import native
+
 
 def add_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
     """out[index] += values, in the order given (deterministic on CPU); int32 ids need no conversion."""
@@ -30,7 +32,7 @@ def add_messages(out: torch.Tensor, messages: list[tuple[torch.Tensor, torch.Ten
 
 def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
     """out[index] = values for distinct indices."""
-    if index.numel():
+    if index.numel() and not native.put_rows(out, index, values):
         if out.shape[1] == 1:  # 1-D index_put_ is ~1.5x faster than index_copy_ of (1,)-row slices
             out.view(-1).index_put_((index.long(),), values.reshape(-1))
         else:
@@ -46,3 +48,16 @@ def take_rows(out: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def concat(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def merge_rows(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ascending union of two (ids, (n, D) values) row sets whose ids are ascending and distinct, rows summed
+    (a + b) on shared ids. Values must not be -0.0 (the torch-op path adds rows onto zeros)."""
+    if (fast := native.merge_rows(a, b)) is not None:
+        return fast
+    (a_idx, a_val), (b_idx, b_val) = a, b
+    ids, inverse = torch.unique(torch.cat([a_idx, b_idx]), sorted=True, return_inverse=True)
+    sums = a_val.new_zeros((ids.numel(), a_val.shape[1]))
+    add_messages(sums, [(inverse[: a_idx.numel()], a_val), (inverse[a_idx.numel() :], b_val)])
+    return ids, sums

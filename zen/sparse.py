@@ -65,4 +65,20 @@ def output_like(tensor: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
         return torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
     if out.shape != shape or out.dtype != tensor.dtype or not out.is_contiguous():
         raise ZenInputError(f"out must be a contiguous {tensor.dtype} tensor of shape {tuple(shape)}")
+    same = tensor.layout == torch.strided and (out.data_ptr(), out.stride()) == (tensor.data_ptr(), tensor.stride())
+    if tensor.layout == torch.strided and not same and _overlap(out, tensor):
+        raise ZenInputError("out overlaps the input without being the input itself; pass the input or another buffer")
     return out
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory spans of a's and b's elements intersect."""
+    (a_lo, a_hi), (b_lo, b_hi) = _span(a), _span(b)
+    return a_lo < b_hi and b_lo < a_hi
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    if not t.numel():
+        return 0, 0
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from zen import native
+from zen.rows import add_rows, put_rows
 
 if TYPE_CHECKING:
     from zen.comm.base import Communicator
@@ -81,6 +82,7 @@ class LocalGrad:
     indices: torch.Tensor | None = None
     values: torch.Tensor | None = None
     bad_index: bool = False
+    in_place: bool = False  # the output buffer is `dense` itself (set by zen.api.sync), as in DDP buckets
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.indices is None:
@@ -93,6 +95,30 @@ class LocalGrad:
                 self.values = self.dense.index_select(0, self.indices)
         assert self.values is not None
         return self.indices, self.values
+
+    def zero_output(self, out: torch.Tensor) -> None:
+        """out := 0. In place, `out` is the input, non-zero only at our rows: clearing those costs O(nnz),
+        not a write of all M rows (a write as large as the dense gradient is most of a sparse sync's CPU time)."""
+        if not self.in_place:
+            out.zero_()
+            return
+        index, _ = self.rows()
+        if index.numel():
+            (out.view(-1) if out.shape[1] == 1 else out).index_fill_(0, index, 0)
+
+    def own_output(self, out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
+        """out := our rows (`index`, `values`) on zeros; free in place, where `out` holds them already.
+        Zeros keep the sign they came in with there (a -0.0 stays -0.0; it equals 0.0)."""
+        if not self.in_place:
+            out.zero_()
+            add_rows(out, index, values)  # == put_rows on zeros (0 + v is v for v != 0), and faster on CPU
+
+    def write_result(self, out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
+        """out := `values` at rows `index`, zero elsewhere, where `index` includes all of our rows: in place,
+        writing those rows alone overwrites every input value, so nothing else is touched."""
+        if not self.in_place:
+            out.zero_()
+        put_rows(out, index, values)
 
     @property
     def nnz(self) -> int:

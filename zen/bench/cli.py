@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bandwidth", default=None, help="gloo only: emulated per-node link rate, e.g. 1gbit")
     p.add_argument("--sim-bandwidth-gbps", type=float, default=25.0, help="sim only: link rate for times")
+    p.add_argument("--in-place", action="store_true",
+                   help="output into the input buffer, as DDP's buckets are (refilled before each untimed barrier)")
     p.add_argument("--pull", default=None, help="pull encoding for zen schemes (hash_bitmap, coo, bitmap)")
     p.add_argument("--json", default=None, help="write one JSON object per row to this file")
     p.add_argument("--markdown", default=None, help="write the table as markdown to this file")
@@ -47,7 +49,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         backend=args.backend, world_size=args.world_size, schemes=names, numel=args.numel,
         density=args.density, pattern=args.pattern, dtype=args.dtype, repeats=args.repeats,
         warmup=args.warmup, seed=args.seed, bandwidth=args.bandwidth,
-        sim_bandwidth_gbps=args.sim_bandwidth_gbps, options=options,
+        sim_bandwidth_gbps=args.sim_bandwidth_gbps, in_place=args.in_place, options=options,
     )
 
 

@@ -3,7 +3,8 @@
 Backends: `sim` (virtual ranks in-process; time = max bytes received / modelled bandwidth, since
 wall time of P threads on 2 cores means nothing), `gloo` / `nccl` (real ranks spawned by zen.launch,
 optionally inside the emulated cluster; time = per-iteration max over ranks, barrier before each).
-Every timed call is dense-in, dense-out with extraction included, into a reused output buffer.
+Every timed call is dense-in, dense-out with extraction included, into a reused output buffer or, with
+`in_place`, into the input itself (as DDP's buckets are; the input is refilled before the untimed barrier).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class BenchConfig:
     seed: int = 0
     bandwidth: str | None = None  # emulated link rate (gloo), e.g. "1gbit"
     sim_bandwidth_gbps: float = 25.0  # modelled link rate for sim times
+    in_place: bool = False  # out = the input buffer (DDP's case): sparse schemes skip a write of the whole output
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # scheme -> options
 
 
@@ -107,6 +109,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     rank = comm.rank
     grad = inputs(cfg, rank).to(comm.device)
     out = torch.empty_like(grad)
+    source = out if cfg.in_place else grad
     reference = _reference(cfg) if rank == 0 else None
     alpha = _tiny_collective_latency(comm)
     records = {}
@@ -114,11 +117,13 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
         scheme = make_scheme(name, **cfg.options.get(name, {}))
         times, stats = [], SyncStats()
         for i in range(cfg.warmup + cfg.repeats):
+            if cfg.in_place:
+                out.copy_(grad)
             dist.barrier()
             if comm.device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            _, stats = sync(scheme, grad, comm, out)
+            _, stats = sync(scheme, source, comm, out)
             if comm.device.type == "cuda":
                 torch.cuda.synchronize()
             if i >= cfg.warmup:
@@ -157,9 +162,11 @@ def sim_compute_seconds(cfg: BenchConfig, name: str, repeats: int = 3) -> float:
     def rank_main(r: int) -> None:
         comm = SimComm(group, r)
         for i in range(1 + repeats):
+            if cfg.in_place:
+                outs[r].copy_(grads[r])
             group.barrier.wait()
             start = time.perf_counter()
-            sync(instances[r], grads[r], comm, outs[r])
+            sync(instances[r], outs[r] if cfg.in_place else grads[r], comm, outs[r])
             group.barrier.wait()
             if r == 0 and i:
                 times.append(time.perf_counter() - start)
@@ -226,6 +233,7 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
         out.append({
             "scheme": name, "backend": cfg.backend, "world_size": cfg.world_size, "numel": cfg.numel,
             "density": cfg.density, "pattern": cfg.pattern, "dtype": cfg.dtype, "bandwidth": cfg.bandwidth,
+            "in_place": cfg.in_place,
             "union_density": udens, "nnz_max": max(r.stats.nnz for r in recs),
             "bytes_sent_max": max(r.stats.traffic.bytes_sent for r in recs),
             "bytes_received_max": max(recv), "bytes_received_mean": statistics.fmean(recv),
@@ -252,6 +260,8 @@ def _percentile(values: list[float], q: float) -> float:
 def run_bench(cfg: BenchConfig) -> list[dict[str, Any]]:
     if cfg.backend not in ("sim", "gloo", "nccl"):
         raise ValueError(f"unknown backend {cfg.backend!r}; choose sim, gloo or nccl")
+    if cfg.in_place and cfg.backend == "sim":
+        raise ValueError("in_place needs a real backend: sim times are bytes / bandwidth, the same either way")
     nnz = round(cfg.numel * cfg.density)
     if cfg.world_size < 1 or cfg.numel < 1 or not 0 <= cfg.density <= 1 or nnz > cfg.numel:
         raise ValueError("need world_size >= 1, numel >= 1 and density in [0, 1]")

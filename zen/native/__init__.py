@@ -168,3 +168,22 @@ def scatter_hash_bitmap(out: torch.Tensor, payload: torch.Tensor, members: torch
         return False
     _run(ext, "scatter_hash_bitmap", out.device, out, payload, members, values)
     return True
+
+
+def merge_rows(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]
+               ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Ascending union of two (ids, (n, D) values) row sets with ascending distinct ids; a + b on shared ids."""
+    (a_idx, a_val), (b_idx, b_val) = a, b
+    if (a_idx.dtype not in INDEX_DTYPES or a_val.dtype not in VALUE_DTYPES or a_idx.device.type != "cpu"
+            or (ext := get(a_idx.device)) is None):
+        return None
+    return _run(ext, "merge_rows", a_idx.device, a_idx, a_val, b_idx, b_val)
+
+
+def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> bool:
+    """out[index] = values (distinct ids, (M, D) out); False when the native path does not apply."""
+    if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or values.dtype != out.dtype
+            or index.dtype not in INDEX_DTYPES or out.device.type != "cpu" or (ext := get(out.device)) is None):
+        return False
+    ext.put_rows(out, index, values)
+    return True

@@ -2,8 +2,8 @@
 // non-zero row extraction, hierarchical hashing (paper section 3, Algorithm 1), S_j = the rows h0 maps
 // to each server, and the hash-bitmap pull encoding (section 4, Algorithm 2).
 //
-// Values are never computed on, only tested ("!= 0" as "any magnitude bit set") and copied, so every
-// kernel works on the raw bits of fp16 / bf16 / fp32 / fp64 and is bit-exact by construction.
+// Values are tested ("!= 0" as "any magnitude bit set") and copied on their raw bits, so those kernels are
+// bit-exact by construction for fp16 / bf16 / fp32 / fp64; the one sum (merge_rows) adds the way torch does.
 
 // Lean includes (not torch/extension.h): they halve the build time.
 #include <ATen/core/Tensor.h>
@@ -11,6 +11,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
 #if defined(__x86_64__)
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "zen_common.h"
@@ -31,8 +33,8 @@ namespace {
 using at::Tensor;
 using zen::Family;
 
-constexpr int64_t kGrain = 1 << 15;
-constexpr int64_t kPrefetchBytes = 4096;  // how far ahead the flat scan prefetches  // smallest unit of work worth a task (rows, slots or bytes)
+constexpr int64_t kGrain = 1 << 15;         // smallest unit of work worth a task (rows, slots or bytes)
+constexpr int64_t kPrefetchBytes = 4096;  // how far ahead the flat scan prefetches
 
 // Splits `work` items into ordered chunks (a few per thread) so that per-chunk results concatenate in
 // order: outputs stay deterministic and ascending whatever the thread count.
@@ -593,6 +595,151 @@ void scatter_hash_bitmap(Tensor& out, const Tensor& payload_in, const Tensor& me
   });
 }
 
+// Union of two row sets with ascending distinct ids (a step of hierarchical centralization): the ascending
+// union of the ids, rows copied where an id is in one set and a + b where it is in both, added in the value
+// type as torch adds it (fp16 / bf16 through float), so it equals the torch-op path bit for bit. One
+// sequential pass over both inputs instead of scattered reads and writes into a dense buffer.
+//
+// A merge step depends on the one before (which input advances), so one merge runs at the latency of a
+// load and a compare per row. kLanes merges of disjoint id ranges advance together instead (independent
+// chains the CPU overlaps), each writing from its worst-case offset; the lanes are then packed.
+constexpr int kLanes = 4;
+
+// a + b if both, else whichever is taken, chosen with bit masks: a branch here is mispredicted half the time.
+template <typename V>
+inline V pick(V a, V b, bool take_a, bool take_b) {
+  using Bits = std::conditional_t<sizeof(V) == 2, uint16_t, std::conditional_t<sizeof(V) == 4, uint32_t, uint64_t>>;
+  const V sum = a + b;
+  Bits ba, bb, bs;
+  std::memcpy(&ba, &a, sizeof(V));
+  std::memcpy(&bb, &b, sizeof(V));
+  std::memcpy(&bs, &sum, sizeof(V));
+  const Bits only_a = Bits(0) - Bits(take_a), both = Bits(0) - Bits(take_a & take_b);
+  const Bits r = static_cast<Bits>((bs & both) | (((ba & only_a) | (bb & ~only_a)) & ~both));
+  V out;
+  std::memcpy(&out, &r, sizeof(V));
+  return out;
+}
+
+template <typename Idx, typename V>
+struct MergeLane {
+  const Idx *ia, *ea, *ib, *eb;
+  const V *va, *vb;
+  Idx* io;
+  V* vo;
+  int64_t D;
+
+  bool live() const { return ia < ea && ib < eb; }
+  void step() {
+    const Idx x = *ia, y = *ib;
+    const bool take_a = x <= y, take_b = y <= x;
+    *io++ = std::min(x, y);
+    if (D == 1) {
+      *vo++ = pick(*va, *vb, take_a, take_b);
+    } else if (take_a && take_b) {
+      for (int64_t d = 0; d < D; ++d) vo[d] = va[d] + vb[d];
+      vo += D;
+    } else {
+      std::memcpy(vo, take_a ? va : vb, D * sizeof(V));
+      vo += D;
+    }
+    ia += take_a, va += take_a * D;
+    ib += take_b, vb += take_b * D;
+  }
+  void finish() {
+    while (live()) step();
+    for (; ia < ea; ++ia, va += D, vo += D) *io++ = *ia, std::memcpy(vo, va, D * sizeof(V));
+    for (; ib < eb; ++ib, vb += D, vo += D) *io++ = *ib, std::memcpy(vo, vb, D * sizeof(V));
+  }
+};
+
+std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_val_in, const Tensor& b_idx_in,
+                                      const Tensor& b_val_in) {
+  const Tensor a_idx = a_idx_in.contiguous(), b_idx = b_idx_in.contiguous();
+  const Tensor a_val = a_val_in.contiguous(), b_val = b_val_in.contiguous();
+  TORCH_CHECK(a_idx.dim() == 1 && b_idx.dim() == 1 && a_idx.scalar_type() == b_idx.scalar_type(),
+              "zen native: merge_rows needs 1-D ids of one dtype");
+  TORCH_CHECK(a_val.dim() == 2 && b_val.dim() == 2 && a_val.size(1) == b_val.size(1) &&
+                  a_val.scalar_type() == b_val.scalar_type() && a_val.size(0) == a_idx.numel() &&
+                  b_val.size(0) == b_idx.numel(),
+              "zen native: merge_rows needs (n, D) values of one dtype and width, one row per id");
+  TORCH_CHECK(a_idx.device().is_cpu() && b_idx.device().is_cpu() && a_val.device().is_cpu() &&
+                  b_val.device().is_cpu(), "zen native: merge_rows runs on CPU tensors");
+  const int64_t na = a_idx.numel(), nb = b_idx.numel(), D = a_val.size(1);
+  Tensor idx = at::empty({na + nb}, a_idx.options());
+  Tensor val = at::empty({na + nb, D}, a_val.options());
+  int64_t n = 0;
+  with_index(a_idx, [&](auto itag) {
+    using Idx = decltype(itag);
+    const Idx* ia = a_idx.data_ptr<Idx>();
+    const Idx* ib = b_idx.data_ptr<Idx>();
+    Idx* io = idx.data_ptr<Idx>();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a_val.scalar_type(), "merge_rows", [&] {
+      const scalar_t* va = a_val.data_ptr<scalar_t>();
+      const scalar_t* vb = b_val.data_ptr<scalar_t>();
+      scalar_t* vo = val.data_ptr<scalar_t>();
+      MergeLane<Idx, scalar_t> lanes[kLanes];
+      int64_t first[kLanes];  // lane l writes from row first[l] = (rows of a and b before it)
+      int64_t a_lo = 0, b_lo = 0;
+      for (int l = 0; l < kLanes; ++l) {  // lane l: a[a_lo, a_hi) and the ids of b below a[a_hi]
+        const int64_t a_hi = l + 1 == kLanes ? na : na * (l + 1) / kLanes;
+        const int64_t b_hi = a_hi == na ? nb : std::lower_bound(ib + b_lo, ib + nb, ia[a_hi]) - ib;
+        first[l] = a_lo + b_lo;
+        lanes[l] = {ia + a_lo, ia + a_hi, ib + b_lo, ib + b_hi, va + a_lo * D, vb + b_lo * D,
+                    io + first[l], vo + first[l] * D, D};
+        a_lo = a_hi, b_lo = b_hi;
+      }
+      for (;;) {
+        bool all = true;
+        for (const auto& lane : lanes) all &= lane.live();
+        if (!all) break;
+        for (auto& lane : lanes) lane.step();
+      }
+      for (int l = 0; l < kLanes; ++l) {  // finish each lane, then pack it right after the lanes before
+        lanes[l].finish();
+        const int64_t rows = lanes[l].io - (io + first[l]);
+        std::memmove(io + n, io + first[l], rows * sizeof(Idx));
+        std::memmove(vo + n * D, vo + first[l] * D, rows * D * sizeof(scalar_t));
+        n += rows;
+      }
+    });
+    for (int64_t k = 1; k < n; ++k)  // unsorted or repeated input ids would silently lose rows
+      TORCH_CHECK(io[k - 1] < io[k], "zen native: merge_rows ids must be ascending and distinct");
+    return 0;
+  });
+  return {idx.narrow(0, 0, n), val.narrow(0, 0, n)};
+}
+
+// out[ids[k]] = values[k] (distinct ids): the final write of a sum into the dense result. Raw bits, checked
+// ids (a bad peer message must not write outside `out`), no int64 copy of int32 ids as index_put_ needs.
+void put_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
+  TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.device().is_cpu(),
+              "zen native: out must be a contiguous (M, D) CPU tensor");
+  const Tensor ids = ids_in.contiguous();
+  const Tensor values = values_in.contiguous();
+  const int64_t M = out.size(0), D = out.size(1), n = ids.numel();
+  TORCH_CHECK(ids.dim() == 1 && ids.device().is_cpu() && values.scalar_type() == out.scalar_type() &&
+                  values.numel() == n * D, "zen native: put_rows needs 1-D ids and one row of out's dtype per id");
+  with_bits(out, [&](auto btag) {
+    using Bits = decltype(btag);
+    return with_index(ids, [&](auto itag) {
+      using Idx = decltype(itag);
+      const Idx* id = ids.data_ptr<Idx>();
+      const Bits* src = static_cast<const Bits*>(values.data_ptr());
+      Bits* dst = static_cast<Bits*>(out.data_ptr());
+      at::parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = lo; k < hi; ++k) {
+          const int64_t r = static_cast<int64_t>(id[k]);
+          TORCH_CHECK(r >= 0 && r < M, "zen native: row id ", r, " outside [0, ", M, ")");
+          if (D == 1) dst[r] = src[k];
+          else std::memcpy(dst + r * D, src + k * D, D * sizeof(Bits));
+        }
+      });
+      return 0;
+    });
+  });
+}
+
 // hash32 of every index at every level of the family: (levels, N) int64 in [0, 2^32), for checks
 // against HashFamily.hash32.
 Tensor hash_values(const Tensor& index_in, std::vector<int64_t> a, std::vector<int64_t> b) {
@@ -624,5 +771,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("encode_hash_bitmap", &encode_hash_bitmap, "Algorithm 2 encode: (payload, values)");
   m.def("decode_hash_bitmap", &decode_hash_bitmap, "row ids of the set bits");
   m.def("scatter_hash_bitmap", &scatter_hash_bitmap, "out[members[set bits]] = values");
+  m.def("put_rows", &put_rows, "out[ids] = values for distinct ids");
+  m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids");
   m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks");
 }
