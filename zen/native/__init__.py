@@ -187,3 +187,13 @@ def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> bo
         return False
     ext.put_rows(out, index, values)
     return True
+
+
+def fill_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> bool:
+    """out := zeros with out[index] = values (ascending distinct ids) in one streaming pass; False when the
+    native path does not apply."""
+    if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or values.dtype != out.dtype
+            or index.dtype not in INDEX_DTYPES or out.device.type != "cpu" or (ext := get(out.device)) is None):
+        return False
+    ext.fill_rows(out, index, values)
+    return True

@@ -21,6 +21,7 @@
 #endif
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <tuple>
 #include <type_traits>
@@ -653,6 +654,41 @@ struct MergeLane {
   }
 };
 
+// The lanes of a D == 1 merge, stepped together without a branch while every lane has rows left in both
+// inputs; each lane is three indices here (the pointer structs do not fit in registers).
+template <typename Idx, typename V>
+void merge_flat(MergeLane<Idx, V>* lanes) {
+  const Idx *ia = lanes[0].ia, *ib = lanes[0].ib;
+  const V *va = lanes[0].va, *vb = lanes[0].vb;
+  Idx* io = lanes[0].io;
+  V* vo = lanes[0].vo;
+  int64_t i[kLanes], j[kLanes], o[kLanes], ea[kLanes], eb[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    i[l] = lanes[l].ia - ia, j[l] = lanes[l].ib - ib, o[l] = lanes[l].io - io;
+    ea[l] = lanes[l].ea - ia, eb[l] = lanes[l].eb - ib;
+  }
+  for (;;) {
+    int64_t safe = INT64_MAX;  // steps every lane can take before either of its inputs may run out
+    for (int l = 0; l < kLanes; ++l) safe = std::min({safe, ea[l] - i[l], eb[l] - j[l]});
+    if (safe <= 0) break;
+    for (int64_t t = 0; t < safe; ++t) {
+#pragma GCC unroll 4
+      for (int l = 0; l < kLanes; ++l) {
+        const Idx x = ia[i[l]], y = ib[j[l]];
+        const bool take_a = x <= y, take_b = y <= x;
+        io[o[l]] = std::min(x, y);
+        vo[o[l]] = pick(va[i[l]], vb[j[l]], take_a, take_b);
+        i[l] += take_a, j[l] += take_b, ++o[l];
+      }
+    }
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    lanes[l].ia = ia + i[l], lanes[l].va = va + i[l];
+    lanes[l].ib = ib + j[l], lanes[l].vb = vb + j[l];
+    lanes[l].io = io + o[l], lanes[l].vo = vo + o[l];
+  }
+}
+
 std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_val_in, const Tensor& b_idx_in,
                                       const Tensor& b_val_in) {
   const Tensor a_idx = a_idx_in.contiguous(), b_idx = b_idx_in.contiguous();
@@ -689,12 +725,7 @@ std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_va
                     io + first[l], vo + first[l] * D, D};
         a_lo = a_hi, b_lo = b_hi;
       }
-      for (;;) {
-        bool all = true;
-        for (const auto& lane : lanes) all &= lane.live();
-        if (!all) break;
-        for (auto& lane : lanes) lane.step();
-      }
+      if (D == 1) merge_flat(lanes);
       for (int l = 0; l < kLanes; ++l) {  // finish each lane, then pack it right after the lanes before
         lanes[l].finish();
         const int64_t rows = lanes[l].io - (io + first[l]);
@@ -740,6 +771,72 @@ void put_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
   });
 }
 
+// out := zeros with rows ids[k] = values[k] (ascending distinct ids), in one sequential pass: each 4 KB
+// block is assembled in an L1 staging buffer and streamed out with non-temporal stores, so the output is
+// written once and never read, where zero_() then a scatter reads and writes it, and the scattered rows'
+// lines once more.
+constexpr int64_t kStageBytes = 4096;
+
+inline void stream_block(char* dst, const char* src, int64_t bytes) {
+#if defined(__AVX512F__)
+  if (bytes == kStageBytes && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
+    for (int64_t b = 0; b < bytes; b += 64)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b), _mm512_load_si512(src + b));
+    return;
+  }
+#elif defined(__SSE2__)
+  if (bytes == kStageBytes && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    for (int64_t b = 0; b < bytes; b += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), _mm_load_si128(reinterpret_cast<const __m128i*>(src + b)));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+void fill_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
+  TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.device().is_cpu(),
+              "zen native: out must be a contiguous (M, D) CPU tensor");
+  const Tensor ids = ids_in.contiguous();
+  const Tensor values = values_in.contiguous();
+  const int64_t M = out.size(0), D = out.size(1), n = ids.numel();
+  TORCH_CHECK(ids.dim() == 1 && ids.device().is_cpu() && values.scalar_type() == out.scalar_type() &&
+                  values.numel() == n * D, "zen native: fill_rows needs 1-D ids and one row of out's dtype per id");
+  const int64_t row_bytes = D * out.element_size();
+  if (M == 0) return;
+  if (row_bytes > kStageBytes) {  // wide rows: no staging; zero and place row by row, still one pass
+    out.zero_();
+    put_rows(out, ids, values);
+    return;
+  }
+  const int64_t rows_per_block = kStageBytes / row_bytes, blocks = (M + rows_per_block - 1) / rows_per_block;
+  with_index(ids, [&](auto itag) {
+    using Idx = decltype(itag);
+    const Idx* id = ids.data_ptr<Idx>();
+    for (int64_t k = 0; k < n; ++k)  // rows out of order or out of range would be lost or written astray
+      TORCH_CHECK(id[k] >= 0 && id[k] < M && (k == 0 || id[k - 1] < id[k]),
+                  "zen native: fill_rows ids must be ascending, distinct and in [0, ", M, ")");
+    const char* src = static_cast<const char*>(values.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    at::parallel_for(0, blocks, 16, [&](int64_t b_lo, int64_t b_hi) {
+      alignas(64) char stage[kStageBytes];
+      std::memset(stage, 0, sizeof(stage));
+      int64_t k = std::lower_bound(id, id + n, static_cast<Idx>(b_lo * rows_per_block)) - id;
+      for (int64_t b = b_lo; b < b_hi; ++b) {
+        const int64_t r0 = b * rows_per_block, r1 = std::min(M, r0 + rows_per_block);
+        const int64_t first = k;
+        for (; k < n && id[k] < r1; ++k) std::memcpy(stage + (id[k] - r0) * row_bytes, src + k * row_bytes, row_bytes);
+        stream_block(dst + r0 * row_bytes, stage, (r1 - r0) * row_bytes);
+        for (int64_t z = first; z < k; ++z) std::memset(stage + (id[z] - r0) * row_bytes, 0, row_bytes);
+      }
+    });
+    return 0;
+  });
+#if defined(__SSE2__) || defined(__AVX512F__)
+  _mm_sfence();  // non-temporal stores are weakly ordered: make them visible before anyone reads `out`
+#endif
+}
+
 // hash32 of every index at every level of the family: (levels, N) int64 in [0, 2^32), for checks
 // against HashFamily.hash32.
 Tensor hash_values(const Tensor& index_in, std::vector<int64_t> a, std::vector<int64_t> b) {
@@ -771,6 +868,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("encode_hash_bitmap", &encode_hash_bitmap, "Algorithm 2 encode: (payload, values)");
   m.def("decode_hash_bitmap", &decode_hash_bitmap, "row ids of the set bits");
   m.def("scatter_hash_bitmap", &scatter_hash_bitmap, "out[members[set bits]] = values");
+  m.def("fill_rows", &fill_rows, "out = zeros with out[ascending ids] = values, one streaming pass");
   m.def("put_rows", &put_rows, "out[ids] = values for distinct ids");
   m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids");
   m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks");
