@@ -11,7 +11,6 @@ import torch
 from zen.comm.base import Communicator
 from zen.prediction import count_meta
 from zen.registry import register_scheme
-from zen.rows import add_messages
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
@@ -24,8 +23,7 @@ class AllGatherSparse:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         gathered = comm.all_gather_v((index.to(grad.index_dtype()), values), phase="gather")
-        grad.zero_output(out)
-        add_messages(out, gathered)
+        grad.write_result(out, gathered)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         P = layout.world_size

@@ -261,6 +261,34 @@ def test_put_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, width: 
         ext.put_rows(torch.zeros(10, 1), torch.tensor([3, 10]), torch.ones(2, 1))
 
 
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+@pytest.mark.parametrize("width", [1, 3, 1500])
+def test_fill_sum_matches_reference(ext: ModuleType, dtype: torch.dtype, width: int) -> None:
+    """The streamed result write == add_messages into a zeroed buffer, bit for bit: one set, several
+    overlapping sets (added in list order), no sets, empty sets; over block edges (4 KB staging blocks, a
+    partial last block), rows 0 and M - 1, and rows wider than a block."""
+    from zen.rows import add_messages
+
+    g = torch.Generator().manual_seed(width)
+    for M in (1, 1023, 1024, 1025, 40_000 // width + 3):
+        for index_dtype in (torch.int32, torch.int64):
+            for sizes in ((0,), (1,), (min(M, 37),), (M,), (M // 2, 0, M // 3 + 1, M)):
+                sets = [_sorted_rows(n, M, width, dtype, index_dtype, g) for n in sizes]
+                for ids, _ in sets:
+                    if ids.numel() >= 2:
+                        ids[0], ids[-1] = 0, M - 1
+                out = torch.full((M, width), -3.0, dtype=dtype)
+                assert native.fill_sum(out, sets)
+                ref = torch.zeros(M, width, dtype=dtype)
+                add_messages(ref, sets)
+                assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8)), (M, sizes, index_dtype)
+    out = torch.ones(5, 1)
+    assert native.fill_sum(out, []) and not out.any()
+    for bad in ([3, 2], [1, 1], [0, 10]):  # unsorted, repeated, out of range
+        with pytest.raises(RuntimeError, match="ascending, distinct"):
+            ext.fill_sum(torch.zeros(10, 1), [torch.tensor(bad)], [torch.ones(2, 1)])
+
+
 def test_disabled_and_failed_build_fall_back(ext: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
     with native.disabled():

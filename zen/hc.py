@@ -27,8 +27,9 @@ def fold_layout(world_size: int) -> tuple[int, int]:
 class HierarchicalCentralization:
     """Rank r keeps its running union as (ids, sums) with ascending ids: our rows come ascending
     (LocalGrad.rows()), every message is such a union, and a merge of two is one sequential pass
-    (rows.merge_rows). The dense output is written once, at the end, in address order. Rows whose sums
-    cancel to exactly zero stay in the union, so every rank's union is the union of the index sets."""
+    (rows.merge_rows). The dense output is written once, at the end, in address order, summing the last
+    round's two unions on the way. Rows whose sums cancel to exactly zero stay in the union, so every
+    rank's union is the union of the index sets."""
 
     name = "zen-hc"
     sparse_input = True
@@ -45,20 +46,24 @@ class HierarchicalCentralization:
         union = (index.to(idx_dtype), values)
         if r < 2 * extra and r % 2 == 0:  # sits out: hand data to the odd neighbour, wait for the sum
             comm.sendrecv(r + 1, union, None, phase="fold")
-            union = comm.sendrecv(r + 1, None, like, phase="unfold")
-        else:
-            if r < 2 * extra:
-                union = merge_rows(union, comm.sendrecv(r - 1, None, like, phase="fold"))
-            vrank = r // 2 if r < 2 * extra else r - extra
-            for level in range(p2.bit_length() - 1):
-                vpeer = vrank ^ (1 << level)
-                peer = 2 * vpeer + 1 if vpeer < extra else vpeer + extra
-                union = merge_rows(union, comm.sendrecv(peer, union, like, phase="reduce"))
-                stats.extra[f"union_rows_{2 << level}"] = float(union[0].numel())
-            if r < 2 * extra:
-                comm.sendrecv(r - 1, union, None, phase="unfold")
-        grad.write_result(out, *union)
-        stats.extra["union_rows"] = float(union[0].numel())
+            grad.write_result(out, [comm.sendrecv(r + 1, None, like, phase="unfold")])
+            return
+        if r < 2 * extra:
+            union = merge_rows(union, comm.sendrecv(r - 1, None, like, phase="fold"))
+        vrank = r // 2 if r < 2 * extra else r - extra
+        rounds = p2.bit_length() - 1
+        result = [union]  # row sets whose sum is the result
+        for level in range(rounds):
+            vpeer = vrank ^ (1 << level)
+            peer = 2 * vpeer + 1 if vpeer < extra else vpeer + extra
+            got = comm.sendrecv(peer, union, like, phase="reduce")
+            result = [union, got]  # the last round is summed straight into `out`, never merged
+            if level + 1 < rounds or r < 2 * extra:
+                union = merge_rows(union, got)
+                result = [union]
+        if r < 2 * extra:
+            comm.sendrecv(r - 1, union, None, phase="unfold")
+        grad.write_result(out, result)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """Replays the rounds on row masks: each receive is the sender's current union."""

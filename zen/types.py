@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from zen import native
-from zen.rows import add_rows, put_rows
+from zen.rows import add_messages, add_rows
 
 if TYPE_CHECKING:
     from zen.comm.base import Communicator
@@ -71,7 +71,7 @@ class LocalGrad:
     """One rank's gradient seen as M rows of width D (D = 1 for a flattened dense tensor).
 
     Dense inputs keep `dense` (M, D); sparse COO inputs keep coalesced (`indices`, `values`).
-    `rows()` extracts the non-zero rows once and caches them, so schemes never scan twice.
+    `rows()` extracts the non-zero rows once, ids ascending, and caches them, so schemes never scan twice.
     """
 
     num_rows: int
@@ -113,15 +113,14 @@ class LocalGrad:
             out.zero_()
             add_rows(out, index, values)  # == put_rows on zeros (0 + v is v for v != 0), and faster on CPU
 
-    def write_result(self, out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
-        """out := `values` at rows `index` (ascending, and including all of our rows), zero elsewhere. The
-        native pass streams the whole output out once without reading it, which beats even a scatter of the
-        rows alone; without it, in place only the rows are written (they overwrite every input value)."""
-        if native.fill_rows(out, index, values):
+    def write_result(self, out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """out := the sum of the (ids, values) row sets, added in list order; ids ascending within a set. The
+        native pass streams the whole output out once without reading it: cheaper than zeroing it and
+        scattering the rows, and even than scattering the rows alone (in place)."""
+        if native.fill_sum(out, sets):
             return
-        if not self.in_place:
-            out.zero_()
-        put_rows(out, index, values)
+        self.zero_output(out)
+        add_messages(out, sets)
 
     @property
     def nnz(self) -> int:

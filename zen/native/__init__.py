@@ -189,11 +189,13 @@ def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> bo
     return True
 
 
-def fill_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> bool:
-    """out := zeros with out[index] = values (ascending distinct ids) in one streaming pass; False when the
-    native path does not apply."""
-    if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or values.dtype != out.dtype
-            or index.dtype not in INDEX_DTYPES or out.device.type != "cpu" or (ext := get(out.device)) is None):
+def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """out := the dense sum of (ids, (n, D) values) row sets with ascending distinct ids, added in list order,
+    in one streaming pass; False when the native path does not apply."""
+    if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or out.device.type != "cpu"
+            or any(i.dtype not in INDEX_DTYPES or i.dtype != sets[0][0].dtype or v.dtype != out.dtype
+                   for i, v in sets)
+            or (ext := get(out.device)) is None):
         return False
-    ext.fill_rows(out, index, values)
+    ext.fill_sum(out, [i for i, _ in sets], [v for _, v in sets])
     return True

@@ -771,10 +771,11 @@ void put_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
   });
 }
 
-// out := zeros with rows ids[k] = values[k] (ascending distinct ids), in one sequential pass: each 4 KB
-// block is assembled in an L1 staging buffer and streamed out with non-temporal stores, so the output is
-// written once and never read, where zero_() then a scatter reads and writes it, and the scattered rows'
-// lines once more.
+// out := the dense sum of row sets (ids ascending and distinct within a set), added in the order given, in one
+// sequential pass: each 4 KB block of `out` is summed in an L1 staging buffer from zero and streamed out
+// with non-temporal stores, so the output is written once and never read, where zero_() then scattered
+// adds read and write it, and the touched lines once more. 0 + v is v, so one set is copied exactly, and the
+// adds are torch's (fp16 / bf16 through float): the result equals add_messages into a zeroed buffer.
 constexpr int64_t kStageBytes = 4096;
 
 inline void stream_block(char* dst, const char* src, int64_t bytes) {
@@ -794,41 +795,64 @@ inline void stream_block(char* dst, const char* src, int64_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
-void fill_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
+void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<Tensor>& values_in) {
   TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.device().is_cpu(),
               "zen native: out must be a contiguous (M, D) CPU tensor");
-  const Tensor ids = ids_in.contiguous();
-  const Tensor values = values_in.contiguous();
-  const int64_t M = out.size(0), D = out.size(1), n = ids.numel();
-  TORCH_CHECK(ids.dim() == 1 && ids.device().is_cpu() && values.scalar_type() == out.scalar_type() &&
-                  values.numel() == n * D, "zen native: fill_rows needs 1-D ids and one row of out's dtype per id");
+  TORCH_CHECK(ids_in.size() == values_in.size(), "zen native: fill_sum needs one values tensor per ids tensor");
+  const int64_t M = out.size(0), D = out.size(1), sets = static_cast<int64_t>(ids_in.size());
+  std::vector<Tensor> ids, values;
+  for (int64_t s = 0; s < sets; ++s) {
+    ids.push_back(ids_in[s].contiguous());
+    values.push_back(values_in[s].contiguous());
+    TORCH_CHECK(ids[s].dim() == 1 && ids[s].device().is_cpu() && ids[s].scalar_type() == ids[0].scalar_type() &&
+                    values[s].scalar_type() == out.scalar_type() && values[s].numel() == ids[s].numel() * D,
+                "zen native: fill_sum needs 1-D ids of one dtype and one row of out's dtype per id");
+  }
   const int64_t row_bytes = D * out.element_size();
   if (M == 0) return;
-  if (row_bytes > kStageBytes) {  // wide rows: no staging; zero and place row by row, still one pass
+  const int64_t rows_per_block = std::max<int64_t>(1, kStageBytes / row_bytes);
+  const int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
+  const int64_t stage_bytes = rows_per_block * row_bytes;
+  if (sets == 0) {
     out.zero_();
-    put_rows(out, ids, values);
     return;
   }
-  const int64_t rows_per_block = kStageBytes / row_bytes, blocks = (M + rows_per_block - 1) / rows_per_block;
-  with_index(ids, [&](auto itag) {
+  with_index(ids[0], [&](auto itag) {
     using Idx = decltype(itag);
-    const Idx* id = ids.data_ptr<Idx>();
-    for (int64_t k = 0; k < n; ++k)  // rows out of order or out of range would be lost or written astray
-      TORCH_CHECK(id[k] >= 0 && id[k] < M && (k == 0 || id[k - 1] < id[k]),
-                  "zen native: fill_rows ids must be ascending, distinct and in [0, ", M, ")");
-    const char* src = static_cast<const char*>(values.data_ptr());
-    char* dst = static_cast<char*>(out.data_ptr());
-    at::parallel_for(0, blocks, 16, [&](int64_t b_lo, int64_t b_hi) {
-      alignas(64) char stage[kStageBytes];
-      std::memset(stage, 0, sizeof(stage));
-      int64_t k = std::lower_bound(id, id + n, static_cast<Idx>(b_lo * rows_per_block)) - id;
-      for (int64_t b = b_lo; b < b_hi; ++b) {
-        const int64_t r0 = b * rows_per_block, r1 = std::min(M, r0 + rows_per_block);
-        const int64_t first = k;
-        for (; k < n && id[k] < r1; ++k) std::memcpy(stage + (id[k] - r0) * row_bytes, src + k * row_bytes, row_bytes);
-        stream_block(dst + r0 * row_bytes, stage, (r1 - r0) * row_bytes);
-        for (int64_t z = first; z < k; ++z) std::memset(stage + (id[z] - r0) * row_bytes, 0, row_bytes);
-      }
+    for (const Tensor& t : ids) {  // rows out of order or out of range would be lost or written astray
+      const Idx* id = t.data_ptr<Idx>();
+      for (int64_t k = 0, n = t.numel(); k < n; ++k)
+        TORCH_CHECK(id[k] >= 0 && id[k] < M && (k == 0 || id[k - 1] < id[k]),
+                    "zen native: fill_sum ids must be ascending, distinct and in [0, ", M, ")");
+    }
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fill_sum", [&] {
+      char* dst = static_cast<char*>(out.data_ptr());
+      at::parallel_for(0, blocks, 16, [&](int64_t b_lo, int64_t b_hi) {
+        std::vector<char> stage_wide(stage_bytes > kStageBytes ? stage_bytes : 0);
+        alignas(64) char stage_small[kStageBytes];
+        char* stage = stage_wide.empty() ? stage_small : stage_wide.data();
+        std::vector<int64_t> cursor(sets);
+        for (int64_t s = 0; s < sets; ++s) {
+          const Idx* id = ids[s].data_ptr<Idx>();
+          cursor[s] = std::lower_bound(id, id + ids[s].numel(), static_cast<Idx>(b_lo * rows_per_block)) - id;
+        }
+        for (int64_t b = b_lo; b < b_hi; ++b) {
+          const int64_t r0 = b * rows_per_block, r1 = std::min(M, r0 + rows_per_block);
+          std::memset(stage, 0, (r1 - r0) * row_bytes);
+          auto* acc = reinterpret_cast<scalar_t*>(stage);
+          for (int64_t s = 0; s < sets; ++s) {
+            const Idx* id = ids[s].data_ptr<Idx>();
+            const scalar_t* src = values[s].data_ptr<scalar_t>();
+            int64_t k = cursor[s];
+            for (const int64_t n = ids[s].numel(); k < n && id[k] < r1; ++k) {
+              scalar_t* row = acc + (static_cast<int64_t>(id[k]) - r0) * D;
+              for (int64_t d = 0; d < D; ++d) row[d] = row[d] + src[k * D + d];
+            }
+            cursor[s] = k;
+          }
+          stream_block(dst + r0 * row_bytes, stage, (r1 - r0) * row_bytes);
+        }
+      });
     });
     return 0;
   });
@@ -868,7 +892,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("encode_hash_bitmap", &encode_hash_bitmap, "Algorithm 2 encode: (payload, values)");
   m.def("decode_hash_bitmap", &decode_hash_bitmap, "row ids of the set bits");
   m.def("scatter_hash_bitmap", &scatter_hash_bitmap, "out[members[set bits]] = values");
-  m.def("fill_rows", &fill_rows, "out = zeros with out[ascending ids] = values, one streaming pass");
+  m.def("fill_sum", &fill_sum, "out = dense sum of row sets with ascending ids, one streaming pass");
   m.def("put_rows", &put_rows, "out[ids] = values for distinct ids");
   m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids");
   m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks");
