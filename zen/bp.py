@@ -93,12 +93,18 @@ class BalancedParallelism:
 
     def pull_back(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, family: HashFamily,
                   message: encoding.Message, own: encoding.Message | None) -> None:
-        """Ship our encoded partition to everyone; write ours (`own`, unless `out` holds it) and the
-        others' partitions into `out`."""
+        """Ship our encoded partition to everyone and write every partition's rows into `out`: on CPU summed
+        from the decoded (ascending) row ids in one streaming pass (LocalGrad.write_result); on GPUs our rows
+        (`own`, unless `out` holds them) and the others' partitions scattered into `out`."""
         n, r = comm.world_size, comm.rank
         members, offsets = server_rows(grad.num_rows, n, family, out.device)
         decode = encoding.decoder(self.pull, grad.num_rows)
         gathered = comm.all_gather_v(message, phase="pull")
+        if out.device.type == "cpu":
+            sets = [(decode(payload, members[offsets[j] : offsets[j + 1]]), values)
+                    if j != r or own is None else own for j, (payload, values) in enumerate(gathered)]
+            grad.write_result(out, sets)  # partitions are disjoint: each row is 0 + its sum, exactly the sum
+            return
         if own is not None:
             grad.zero_output(out)
             add_rows(out, *own)

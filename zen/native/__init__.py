@@ -193,9 +193,11 @@ def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]]) -
     """out := the dense sum of (ids, (n, D) values) row sets with ascending distinct ids, added in list order,
     in one streaming pass; False when the native path does not apply."""
     if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or out.device.type != "cpu"
-            or any(i.dtype not in INDEX_DTYPES or i.dtype != sets[0][0].dtype or v.dtype != out.dtype
-                   for i, v in sets)
+            or any(i.dtype not in INDEX_DTYPES or v.dtype != out.dtype for i, v in sets)
             or (ext := get(out.device)) is None):
         return False
-    ext.fill_sum(out, [i for i, _ in sets], [v for _, v in sets])
+    ids = [i for i, _ in sets]
+    if len({i.dtype for i in ids}) > 1:
+        ids = [i.long() for i in ids]
+    ext.fill_sum(out, ids, [v for _, v in sets])
     return True
