@@ -39,7 +39,7 @@ import torch
 from baselines.sparse_ps import even_bounds, owner_traffic, range_counts
 from zen.comm.base import Communicator
 from zen.registry import register_scheme
-from zen.rows import add_messages, concat
+from zen.rows import concat
 from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
 
 
@@ -76,14 +76,14 @@ class OmniReduce:
         received = comm.all_to_all_v(messages, phase="push")
         grad.zero_output(out)
         ids = [words[:-1] for words, _ in received]
-        add_messages(flat.view(-1, 1), [(self._elements(x, flat.numel()), payload.view(-1, 1))
-                                         for x, (_, payload) in zip(ids, received, strict=True)])
+        for x, (_, payload) in zip(ids, received, strict=True):  # in rank order, as add_messages sums
+            self._write_blocks(flat, x, payload, add=True)
         union = torch.unique(concat(ids))
         stats.server_count = int(union.numel())
         mine = self._column(flat, union, bounds[r + 1], id_dtype)
         for j, (words, payload) in enumerate(comm.all_gather_v(mine, phase="pull")):
             if j != r:
-                flat.index_copy_(0, self._elements(words[:-1], flat.numel()), payload)
+                self._write_blocks(flat, words[:-1], payload, add=False)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """The module's formulas, with K_i the blocks the rows of set i cover and U their union."""
@@ -114,14 +114,35 @@ class OmniReduce:
         elements = (index.unsqueeze(1) * width + columns)[nonzero]
         return torch.unique_consecutive(elements // self.block_size)
 
-    def _elements(self, ids: torch.Tensor, numel: int) -> torch.Tensor:
-        """Flat element positions of the blocks `ids`, the last block cut at `numel`."""
-        offsets = torch.arange(self.block_size, device=ids.device)
-        positions = (ids.long().unsqueeze(1) * self.block_size + offsets).view(-1)
-        return positions[positions < numel]
+    def _full_blocks(self, flat: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """(the full blocks of `flat` as rows, the ids among ascending `ids` that are full blocks, whether the
+        partial last block is among them): whole-block gathers and scatters, not one index per element."""
+        full = flat.numel() // self.block_size
+        rows = flat[: full * self.block_size].view(full, self.block_size)
+        partial = bool(ids.numel()) and int(ids[-1]) == full  # ascending: only the last id can be partial
+        return rows, (ids[:-1] if partial else ids).long(), partial
+
+    def _take_blocks(self, flat: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        rows, full_ids, partial = self._full_blocks(flat, ids)
+        taken = rows.index_select(0, full_ids).view(-1)
+        return torch.cat([taken, flat[rows.numel() :]]) if partial else taken
+
+    def _write_blocks(self, flat: torch.Tensor, ids: torch.Tensor, payload: torch.Tensor, add: bool) -> None:
+        """flat[blocks ids] += payload (add) or = payload."""
+        rows, full_ids, partial = self._full_blocks(flat, ids)
+        k = full_ids.numel() * self.block_size
+        body = payload[:k].view(-1, self.block_size)
+        if add:
+            rows.index_add_(0, full_ids, body)
+        else:
+            rows.index_copy_(0, full_ids, body)
+        if partial and add:
+            flat[rows.numel() :] += payload[k:]
+        elif partial:
+            flat[rows.numel() :] = payload[k:]
 
     def _column(self, flat: torch.Tensor, ids: torch.Tensor, end: int, id_dtype: torch.dtype
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Wire message of one column: offset words [ids..., end] (none if empty) and the blocks' elements."""
         words = torch.cat([ids, ids.new_tensor([end])]).to(id_dtype) if ids.numel() else ids.to(id_dtype)
-        return words, flat.index_select(0, self._elements(ids, flat.numel()))
+        return words, self._take_blocks(flat, ids)
