@@ -886,14 +886,25 @@ Tensor hash_values(const Tensor& index_in, std::vector<int64_t> a, std::vector<i
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Zen native CPU kernels";
-  m.def("nonzero_rows", &nonzero_rows, "ascending non-zero row ids (int64) and their rows");
-  m.def("hierarchical_hash", &hierarchical_hash, "Algorithm 1: (order, counts, serial)");
-  m.def("server_rows", &server_rows, "S_j of every server: (members, offsets)");
-  m.def("encode_hash_bitmap", &encode_hash_bitmap, "Algorithm 2 encode: (payload, values)");
-  m.def("decode_hash_bitmap", &decode_hash_bitmap, "row ids of the set bits");
-  m.def("scatter_hash_bitmap", &scatter_hash_bitmap, "out[members[set bits]] = values");
-  m.def("fill_sum", &fill_sum, "out = dense sum of row sets with ascending ids, one streaming pass");
-  m.def("put_rows", &put_rows, "out[ids] = values for distinct ids");
-  m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids");
-  m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks");
+  // No kernel touches a Python object: release the GIL, so simulated ranks (threads) run them in parallel.
+  m.def("nonzero_rows", &nonzero_rows, "ascending non-zero row ids (int64) and their rows",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("hierarchical_hash", &hierarchical_hash, "Algorithm 1: (order, counts, serial)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("server_rows", &server_rows, "S_j of every server: (members, offsets)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("encode_hash_bitmap", &encode_hash_bitmap, "Algorithm 2 encode: (payload, values)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("decode_hash_bitmap", &decode_hash_bitmap, "row ids of the set bits",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("scatter_hash_bitmap", &scatter_hash_bitmap, "out[members[set bits]] = values",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("fill_sum", &fill_sum, "out = dense sum of row sets with ascending ids, one streaming pass",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("put_rows", &put_rows, "out[ids] = values for distinct ids",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks",
+        py::call_guard<py::gil_scoped_release>());
 }

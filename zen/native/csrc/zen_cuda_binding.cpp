@@ -24,11 +24,19 @@ Tensor hash_values_cuda(const Tensor& index, std::vector<int64_t> a, std::vector
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Zen native CUDA kernels";
-  m.def("nonzero_rows", &nonzero_rows_cuda, "ascending non-zero row ids (int64) and their rows");
-  m.def("hierarchical_hash", &hierarchical_hash_cuda, "Algorithm 1: (order, counts, serial)");
-  m.def("server_rows", &server_rows_cuda, "S_j of every server: (members, offsets)");
-  m.def("encode_hash_bitmap", &encode_hash_bitmap_cuda, "Algorithm 2 encode: (payload, values)");
-  m.def("decode_hash_bitmap", &decode_hash_bitmap_cuda, "row ids of the set bits");
-  m.def("scatter_hash_bitmap", &scatter_hash_bitmap_cuda, "out[members[set bits]] = values");
-  m.def("hash_values", &hash_values_cuda, "(levels, N) hash32 values, for checks");
+  // No kernel touches a Python object: release the GIL, so simulated ranks (threads) run them in parallel.
+  m.def("nonzero_rows", &nonzero_rows_cuda, "ascending non-zero row ids (int64) and their rows",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("hierarchical_hash", &hierarchical_hash_cuda, "Algorithm 1: (order, counts, serial)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("server_rows", &server_rows_cuda, "S_j of every server: (members, offsets)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("encode_hash_bitmap", &encode_hash_bitmap_cuda, "Algorithm 2 encode: (payload, values)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("decode_hash_bitmap", &decode_hash_bitmap_cuda, "row ids of the set bits",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("scatter_hash_bitmap", &scatter_hash_bitmap_cuda, "out[members[set bits]] = values",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("hash_values", &hash_values_cuda, "(levels, N) hash32 values, for checks",
+        py::call_guard<py::gil_scoped_release>());
 }
