@@ -25,8 +25,8 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
          validate: bool = True) -> tuple[torch.Tensor, SyncStats]:
     """Run one scheme on one rank; returns the dense sum (shaped like `tensor`) and the rank's stats.
 
-    `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then only touch the rows
-    that change instead of writing the whole output."""
+    `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
+    separate output. Where they write only the rows that change, a -0.0 no rank changed stays -0.0."""
     grad = to_local_grad(tensor)
     stats = SyncStats()
     comm.traffic = stats.traffic

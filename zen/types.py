@@ -103,8 +103,7 @@ class LocalGrad:
             out.zero_()
             return
         index, _ = self.rows()
-        if index.numel():
-            (out.view(-1) if out.shape[1] == 1 else out).index_fill_(0, index, 0)
+        out.view(-1).index_fill_(0, index, 0)  # in place means a dense input: rows of width 1
 
     def own_output(self, out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
         """out := our rows (`index`, `values`) on zeros; free in place, where `out` holds them already.
