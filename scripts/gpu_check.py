@@ -3,9 +3,9 @@
 
 Builds the CUDA extension, compares every kernel with the torch-op reference computed on the CPU
 (ZEN_NATIVE=0) on fresh random and adversarial inputs (index 0, last index, empty, full density,
-duplicates, -0.0 / NaN, full serial regions), runs whole zen-bp syncs on CUDA tensors against CPU ones,
-then times the kernels at the paper's DeepFM size (214M elements, 5.2% density) and prints a short
-table last. Exit status: 0 all checks passed, 1 a check failed, 2 no CUDA.
+duplicates, -0.0 / NaN, full serial regions), runs whole zen-bp and zen-hc syncs (also in place) on
+CUDA tensors against CPU ones, then times the kernels at the paper's DeepFM size (214M elements, 5.2%
+density) and prints a short table last. Exit status: 0 all checks passed, 1 a check failed, 2 no CUDA.
 
     python scripts/gpu_check.py [--numel N] [--density D] [--json FILE]
 """
@@ -139,13 +139,17 @@ def check_simulate(dev: torch.device, g: torch.Generator) -> None:
             t[idx] = torch.randn(idx.numel(), generator=g).to(dtype)
             t[0], t[-1] = r + 1, -(r + 1)
             tensors.append(t)
-        hashing._server_rows_cached.cache_clear()
-        fast = zen.simulate("zen-bp", [t.to(dev) for t in tensors], seed=3)
-        with native.disabled():
-            ref = zen.simulate("zen-bp", tensors, seed=3)
-        for a, b in zip(fast.outputs, ref.outputs, strict=True):
-            assert same_bits(a, b), f"zen-bp output differs ({dtype})"
-        assert fast.bytes_received == ref.bytes_received, "bytes differ"
+        for scheme in ("zen-bp", "zen-hc"):
+            hashing._server_rows_cached.cache_clear()
+            fast = zen.simulate(scheme, [t.to(dev) for t in tensors], seed=3)
+            work = [t.to(dev, copy=True) for t in tensors]
+            in_place = zen.simulate(scheme, work, seed=3, outs=work)  # out = the input, as in DDP buckets
+            with native.disabled():
+                ref = zen.simulate(scheme, tensors, seed=3)
+            for a, b, c in zip(fast.outputs, in_place.outputs, ref.outputs, strict=True):
+                assert same_bits(a, c), f"{scheme} output differs ({dtype})"
+                assert same_bits(b, c), f"{scheme} in-place output differs ({dtype})"
+            assert fast.bytes_received == ref.bytes_received == in_place.bytes_received, f"{scheme} bytes differ"
 
 
 CHECKS: list[tuple[str, Callable[[torch.device, torch.Generator], None]]] = [
@@ -153,7 +157,7 @@ CHECKS: list[tuple[str, Callable[[torch.device, torch.Generator], None]]] = [
     ("non-zero extraction", check_extract),
     ("S_j (server_rows)", check_server_rows),
     ("hash bitmap encode / decode / scatter", check_bitmap),
-    ("zen-bp sync, CUDA vs CPU reference", check_simulate),
+    ("zen-bp and zen-hc syncs (and in place), CUDA vs CPU reference", check_simulate),
 ]
 
 
