@@ -30,6 +30,8 @@ def _from_coo(tensor: torch.Tensor) -> LocalGrad:
     dense_shape = tuple(tensor.shape[tensor.sparse_dim() :])
     num_rows = math.prod(sparse_shape)
     width = math.prod(dense_shape)
+    if width == 0:
+        raise ZenInputError(f"sparse tensor of shape {tuple(tensor.shape)} has rows of zero elements: nothing to sum")
     idx = tensor._indices()
     vals = tensor._values().reshape(-1, width)
     bad = False

@@ -809,7 +809,7 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
                 "zen native: fill_sum needs 1-D ids of one dtype and one row of out's dtype per id");
   }
   const int64_t row_bytes = D * out.element_size();
-  if (M == 0) return;
+  if (M == 0 || row_bytes == 0) return;
   const int64_t rows_per_block = std::max<int64_t>(1, kStageBytes / row_bytes);
   const int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
   const int64_t stage_bytes = rows_per_block * row_bytes;
