@@ -68,6 +68,6 @@ def test_out_overlapping_the_input_is_refused() -> None:
 
 
 def test_sparse_rows_of_zero_width_are_refused() -> None:
-    empty_rows = torch.sparse_coo_tensor(torch.tensor([[0, 3]]), torch.ones(2, 0), (5, 0))
+    empty_rows = torch.sparse_coo_tensor(torch.tensor([[0, 3]]), torch.ones(2, 0), (5, 0), check_invariants=True)
     with pytest.raises(zen.ZenInputError, match="zero elements"):
         zen.simulate("zen", [empty_rows, empty_rows])
