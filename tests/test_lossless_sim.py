@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 import zen
+from zen import native
 from zen.bench.reference import matches_reference, reference_sum
 
 from .cases import CASES
@@ -140,10 +143,16 @@ def _cancelling(P: int) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("P", [1, 3, 4])
-def test_in_place_matches_out_of_place(scheme: str, P: int) -> None:
-    """out = the input itself (DDP's buckets): sparse schemes then clear and write only the rows that change;
-    the result is the same as into a separate buffer, bit for bit, with the same bytes, and rows whose sum
-    cancels to exactly zero are zero on every rank."""
+@pytest.mark.parametrize("kernels", ["native", "torch-op"])
+def test_in_place_matches_out_of_place(scheme: str, P: int, kernels: str) -> None:
+    """out = the input itself (DDP's buckets): the result is the same as into a separate buffer, bit for bit,
+    with the same bytes, and rows whose sum cancels to exactly zero are zero on every rank; with the native
+    kernels (one streamed write) and without them (only changed rows are cleared and written)."""
+    with native.disabled() if kernels == "torch-op" else contextlib.nullcontext():
+        _check_in_place(scheme, P)
+
+
+def _check_in_place(scheme: str, P: int) -> None:
     for case in ("random", "edges", "empty_ranks", "full", "matrix", "cancelling"):
         tensors = _cancelling(P) if case == "cancelling" else [CASES[case](r, P, torch.float32) for r in range(P)]
         total, magnitude = reference_sum(tensors)
@@ -155,3 +164,25 @@ def test_in_place_matches_out_of_place(scheme: str, P: int) -> None:
             assert matches_reference(inplace.outputs[r], total, magnitude, P), f"{scheme} {case} rank {r}"
             assert torch.equal(inplace.outputs[r], apart.outputs[r]), f"{scheme} {case} rank {r}"
         assert inplace.phases == apart.phases
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("kernels", ["native", "torch-op"])
+def test_divisor_is_the_sum_divided(scheme: str, dtype: torch.dtype, kernels: str) -> None:
+    """A DDP hook's mean: divided while the result is written (fp32 on the native path) or in one more pass,
+    the same bits as sum.div_(P), in place too."""
+    with native.disabled() if kernels == "torch-op" else contextlib.nullcontext():
+        _check_divisor(scheme, dtype)
+
+
+def _check_divisor(scheme: str, dtype: torch.dtype) -> None:
+    for P in (3, 4):
+        tensors = [CASES["random"](r, P, dtype) for r in range(P)]
+        summed = zen.simulate(scheme, tensors, seed=P)
+        mean = zen.simulate(scheme, tensors, seed=P, divisor=P)
+        work = [t.clone() for t in tensors]
+        mean_in_place = zen.simulate(scheme, work, seed=P, outs=work, divisor=P)
+        for s, m, w in zip(summed.outputs, mean.outputs, mean_in_place.outputs, strict=True):
+            want = s.div(P).view(torch.uint8)
+            assert torch.equal(m.view(torch.uint8), want) and torch.equal(w.view(torch.uint8), want), (scheme, P)

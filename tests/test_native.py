@@ -282,11 +282,16 @@ def test_fill_sum_matches_reference(ext: ModuleType, dtype: torch.dtype, width: 
                 ref = torch.zeros(M, width, dtype=dtype)
                 add_messages(ref, sets)
                 assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8)), (M, sizes, index_dtype)
+                if dtype in (torch.float32, torch.float64):  # the mean, as div_ computes it
+                    assert native.fill_sum(out, sets, 3)
+                    assert torch.equal(out.view(torch.uint8), ref.div(3).view(torch.uint8)), (M, sizes, "/ 3")
+                else:  # half types: the caller divides
+                    assert not native.fill_sum(out, sets, 3)
     out = torch.ones(5, 1)
     assert native.fill_sum(out, []) and not out.any()
     for bad in ([3, 2], [1, 1], [0, 10]):  # unsorted, repeated, out of range
         with pytest.raises(RuntimeError, match="ascending, distinct"):
-            ext.fill_sum(torch.zeros(10, 1), [torch.tensor(bad)], [torch.ones(2, 1)])
+            ext.fill_sum(torch.zeros(10, 1), [torch.tensor(bad)], [torch.ones(2, 1)], 1)
 
 
 def test_disabled_and_failed_build_fall_back(ext: ModuleType, monkeypatch: pytest.MonkeyPatch,

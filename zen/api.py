@@ -22,11 +22,13 @@ _SCHEMES: dict[tuple, Scheme] = {}
 
 
 def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
-         validate: bool = True) -> tuple[torch.Tensor, SyncStats]:
+         validate: bool = True, divisor: int = 1) -> tuple[torch.Tensor, SyncStats]:
     """Run one scheme on one rank; returns the dense sum (shaped like `tensor`) and the rank's stats.
 
     `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
-    separate output. Where they write only the rows that change, a -0.0 no rank changed stays -0.0."""
+    separate output. Where they write only the rows that change, a -0.0 no rank changed stays -0.0.
+    `divisor` returns sum / divisor (a DDP hook's mean), divided while the result is written where the
+    scheme can, else in one more pass; the same bits either way."""
     grad = to_local_grad(tensor)
     stats = SyncStats()
     comm.traffic = stats.traffic
@@ -36,7 +38,10 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
         check_inputs(grad, tuple(tensor.shape), scheme.name, comm)
     result = output_like(tensor, out)
     grad.in_place = grad.dense is not None and result.data_ptr() == grad.dense.data_ptr()
+    grad.divisor = divisor
     scheme(grad, comm, result.view(grad.num_rows, grad.row_width), stats)
+    if divisor != 1 and not grad.divided:
+        result.div_(divisor)
     return result, stats
 
 
@@ -77,7 +82,7 @@ class SimResult:
 
 def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, seed: int | None = None,
              validate: bool = True, timeout_s: float = 600.0, outs: Sequence[torch.Tensor] | None = None,
-             **options: Any) -> SimResult:
+             divisor: int = 1, **options: Any) -> SimResult:
     """Run `scheme` on len(tensors) virtual ranks in this process, through the same code path as
     torch.distributed; bytes are counted exactly. `warmup` calls run first (e.g. so `zen` has made
     its BP/HC choice) and are not reported."""
@@ -89,8 +94,8 @@ def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, s
         comm = SimComm(group, r, tensors[r].device)
         out = outs[r] if outs is not None else None
         for _ in range(warmup):
-            sync(instances[r], tensors[r], comm, out, validate)
-        return sync(instances[r], tensors[r], comm, out, validate)
+            sync(instances[r], tensors[r], comm, out, validate, divisor)
+        return sync(instances[r], tensors[r], comm, out, validate, divisor)
 
     results = group.run(rank_main)
     stats = [s for _, s in results]

@@ -70,8 +70,6 @@ def _sync_part(state: ZenHookState, tensor: torch.Tensor, out: torch.Tensor | No
                name: str) -> torch.Tensor:
     comm = _dist_comm(state.group, None)
     result, stats = sync(_cached_scheme(name, state.group, state.options), tensor, comm, out=out,
-                         validate=state.validate)
-    if state.average:
-        result.div_(comm.world_size)
+                         validate=state.validate, divisor=comm.world_size if state.average else 1)
     state.step_stats.append(stats)
     return result

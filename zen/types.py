@@ -83,6 +83,8 @@ class LocalGrad:
     values: torch.Tensor | None = None
     bad_index: bool = False
     in_place: bool = False  # the output buffer is `dense` itself (set by zen.api.sync), as in DDP buckets
+    divisor: int = 1  # the caller wants the sum divided by this (a DDP hook's mean; set by zen.api.sync)
+    divided: bool = False  # a scheme's result write already divided it
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.indices is None:
@@ -113,12 +115,18 @@ class LocalGrad:
             add_rows(out, index, values)  # == put_rows on zeros (0 + v is v for v != 0), and faster on CPU
 
     def write_result(self, out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """out := the sum of the (ids, values) row sets, added in list order; ids ascending within a set. The
+        """out := the sum of the (ids, values) row sets, added in list order; ids ascending within a set; in
+        place `out` may hold, besides our input rows, rows of the sets (nothing else non-zero). The
         native pass streams the whole output out once without reading it: cheaper than zeroing it and
-        scattering the rows, and even than scattering the rows alone (in place)."""
-        if native.fill_sum(out, sets):
+        scattering the rows, and even than scattering the rows alone (in place); it also divides by
+        `divisor` on the way where it can (then `divided`), saving the caller a pass over the output."""
+        if native.fill_sum(out, sets, self.divisor):
+            self.divided = self.divisor != 1
             return
         self.zero_output(out)
+        if self.in_place:  # a scheme may have summed rows of the sets into `out` already (BP's server)
+            for index, _ in sets:
+                out.view(-1).index_fill_(0, index.long(), 0)
         add_messages(out, sets)
 
     @property

@@ -189,9 +189,12 @@ def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> bo
     return True
 
 
-def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]], divisor: int = 1) -> bool:
     """out := the dense sum of (ids, (n, D) values) row sets with ascending distinct ids, added in list order,
-    in one streaming pass; False when the native path does not apply."""
+    in one streaming pass, divided by `divisor` (fp32 / fp64 only; as out.div_(divisor) would); False when
+    the native path does not apply."""
+    if divisor != 1 and out.dtype not in (torch.float32, torch.float64):
+        return False
     if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or out.device.type != "cpu"
             or any(i.dtype not in INDEX_DTYPES or v.dtype != out.dtype for i, v in sets)
             or (ext := get(out.device)) is None):
@@ -199,5 +202,5 @@ def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]]) -
     ids = [i for i, _ in sets]
     if len({i.dtype for i in ids}) > 1:
         ids = [i.long() for i in ids]
-    ext.fill_sum(out, ids, [v for _, v in sets])
+    ext.fill_sum(out, ids, [v for _, v in sets], divisor)
     return True

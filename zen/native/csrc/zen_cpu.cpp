@@ -775,7 +775,8 @@ void put_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
 // sequential pass: each 4 KB block of `out` is summed in an L1 staging buffer from zero and streamed out
 // with non-temporal stores, so the output is written once and never read, where zero_() then scattered
 // adds read and write it, and the touched lines once more. 0 + v is v, so one set is copied exactly, and the
-// adds are torch's (fp16 / bf16 through float): the result equals add_messages into a zeroed buffer.
+// adds are torch's (fp16 / bf16 through float): the result equals add_messages into a zeroed buffer. With
+// divisor != 1 (fp32 / fp64 only) each sum is then divided by it: the mean a DDP hook returns.
 constexpr int64_t kStageBytes = 4096;
 
 inline void stream_block(char* dst, const char* src, int64_t bytes) {
@@ -795,7 +796,8 @@ inline void stream_block(char* dst, const char* src, int64_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
-void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<Tensor>& values_in) {
+void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<Tensor>& values_in,
+              int64_t divisor) {
   TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.device().is_cpu(),
               "zen native: out must be a contiguous (M, D) CPU tensor");
   TORCH_CHECK(ids_in.size() == values_in.size(), "zen native: fill_sum needs one values tensor per ids tensor");
@@ -813,6 +815,8 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
   const int64_t rows_per_block = std::max<int64_t>(1, kStageBytes / row_bytes);
   const int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
   const int64_t stage_bytes = rows_per_block * row_bytes;
+  TORCH_CHECK(divisor == 1 || out.scalar_type() == at::kFloat || out.scalar_type() == at::kDouble,
+              "zen native: fill_sum divides fp32 / fp64 sums only");
   if (sets == 0) {
     out.zero_();
     return;
@@ -849,6 +853,11 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
               for (int64_t d = 0; d < D; ++d) row[d] = row[d] + src[k * D + d];
             }
             cursor[s] = k;
+          }
+          if (divisor != 1) {  // the mean, as out.div_(divisor) computes it, without another pass over out
+            const int64_t elements = (r1 - r0) * D;
+            const auto by = static_cast<scalar_t>(divisor);
+            for (int64_t e = 0; e < elements; ++e) acc[e] = acc[e] / by;
           }
           stream_block(dst + r0 * row_bytes, stage, (r1 - r0) * row_bytes);
         }
