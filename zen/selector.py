@@ -2,10 +2,10 @@
 BP or Hierarchical Centralization (paper section 5, Theorem 1) for each tensor size.
 
 The default rule is the paper's: bytes received only. Local work is left out on purpose: both schemes
-make the same dense passes (extract the non-zeros, zero the output, write the union into it), and the
-rest of their work is linear in the rows they exchange (BP: hash, sort the received ids, decode the
-hash bitmaps; HC: merge what each round receives in O(rows received), see zen/hc.py), so the bytes
-track it. A positive alpha adds a per-message latency, which favours HC's fewer messages.
+make the same dense passes (extract the non-zeros, write the output once), and the rest of their work
+is linear in the rows they exchange (BP: hash, sort the received ids, decode the hash bitmaps; HC: one
+sequential merge of two sorted unions per round, see zen/hc.py), so the bytes track it. A positive
+alpha adds a per-message latency, which favours HC's fewer messages.
 """
 
 from __future__ import annotations

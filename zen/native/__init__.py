@@ -1,14 +1,15 @@
 """Native C++ / CUDA kernels for the hot paths of balanced parallelism, loaded lazily.
 
 Non-zero extraction, hierarchical hashing (paper section 3), S_j and the hash bitmap (section 4) have
-torch-op reference implementations in zen.types / zen.hashing / zen.encoding; these kernels produce the
-same results (same partition membership, same bytes) much faster. `get(device)` returns the compiled
+torch-op reference implementations in zen.types / zen.hashing / zen.encoding, and the row-set kernels
+(merge, scatter, streamed dense sum) in zen.rows / LocalGrad.write_result; these kernels produce the
+same results (same partition membership, same bytes, same bits) much faster. `get(device)` returns the compiled
 extension or None: ZEN_NATIVE=0 disables it, and a missing compiler or a failed build logs ONE warning
 and leaves the torch-op path in charge. The first use builds the extension (~30 s, cached on disk;
 `zen build` does it ahead of time).
 
-Each wrapper returns None (False for `scatter_hash_bitmap`) when the native path does not apply, so
-callers dispatch with `if (fast := native.f(...)) is not None: return fast`.
+Each wrapper returns None (False for the in-place writers `scatter_hash_bitmap`, `put_rows`, `fill_sum`)
+when the native path does not apply, so callers dispatch with `if (fast := native.f(...)) is not None`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-// CPU kernels (ATen + at::parallel_for) for the hot paths of Zen's balanced parallelism:
-// non-zero row extraction, hierarchical hashing (paper section 3, Algorithm 1), S_j = the rows h0 maps
-// to each server, and the hash-bitmap pull encoding (section 4, Algorithm 2).
+// CPU kernels (ATen + at::parallel_for) for the hot paths of Zen: non-zero row extraction, hierarchical
+// hashing (paper section 3, Algorithm 1), S_j = the rows h0 maps to each server, the hash-bitmap pull
+// encoding (section 4, Algorithm 2), and the row-set work around them: HC's merge of two sorted unions,
+// a checked scatter, and the streamed write of a dense result.
 //
 // Values are tested ("!= 0" as "any magnitude bit set") and copied on their raw bits, so those kernels are
-// bit-exact by construction for fp16 / bf16 / fp32 / fp64; the one sum (merge_rows) adds the way torch does.
+// bit-exact by construction for fp16 / bf16 / fp32 / fp64; the sums (merge_rows, fill_sum) add, and
+// fill_sum divides, the way torch does.
 
 // Lean includes (not torch/extension.h): they halve the build time.
 #include <ATen/core/Tensor.h>
