@@ -774,28 +774,37 @@ void put_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
 }
 
 // out := the dense sum of row sets (ids ascending and distinct within a set), added in the order given, in one
-// sequential pass: each 4 KB block of `out` is summed in an L1 staging buffer from zero and streamed out
+// sequential pass: each 1 KB block of `out` is summed in an L1 staging buffer from zero and streamed out
 // with non-temporal stores, so the output is written once and never read, where zero_() then scattered
 // adds read and write it, and the touched lines once more. 0 + v is v, so one set is copied exactly, and the
 // adds are torch's (fp16 / bf16 through float): the result equals add_messages into a zeroed buffer. With
 // divisor != 1 (fp32 / fp64 only) each sum is then divided by it: the mean a DDP hook returns.
-constexpr int64_t kStageBytes = 4096;
+// 1 KB, not a 4 KB page: with a 4 KB stage every load from it shares its low 12 address bits with the
+// streaming store just issued, and the false dependency halves the store rate (6.0 vs 2.8 ms for 64 MB).
+constexpr int64_t kStageBytes = 1024;
 
+// dst[0, bytes) := src: non-temporal stores for the whole 64-byte lines of dst, plain stores at the ends.
 inline void stream_block(char* dst, const char* src, int64_t bytes) {
+#if defined(__AVX512F__) || defined(__SSE2__)
 #if defined(__AVX512F__)
-  if (bytes == kStageBytes && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
-    for (int64_t b = 0; b < bytes; b += 64)
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b), _mm512_load_si512(src + b));
-    return;
-  }
-#elif defined(__SSE2__)
-  if (bytes == kStageBytes && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-    for (int64_t b = 0; b < bytes; b += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), _mm_load_si128(reinterpret_cast<const __m128i*>(src + b)));
-    return;
-  }
+  constexpr int64_t kVec = 64;
+#else
+  constexpr int64_t kVec = 16;
 #endif
+  const int64_t head = std::min<int64_t>(bytes, (-reinterpret_cast<intptr_t>(dst)) & 63);
+  const int64_t body = (bytes - head) / 64 * 64;
+  std::memcpy(dst, src, head);
+  for (int64_t b = head; b < head + body; b += kVec) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b), _mm512_loadu_si512(src + b));
+#else
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b)));
+#endif
+  }
+  std::memcpy(dst + head + body, src + head + body, bytes - head - body);
+#else
   std::memcpy(dst, src, bytes);
+#endif
 }
 
 void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<Tensor>& values_in,
