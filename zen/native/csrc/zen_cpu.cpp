@@ -842,26 +842,37 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
     }
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fill_sum", [&] {
       char* dst = static_cast<char*>(out.data_ptr());
+      std::vector<const Idx*> set_ids(sets);  // raw pointers once: data_ptr<T>() checks the dtype per call
+      std::vector<const scalar_t*> set_values(sets);
+      for (int64_t s = 0; s < sets; ++s) {
+        set_ids[s] = ids[s].data_ptr<Idx>();
+        set_values[s] = values[s].data_ptr<scalar_t>();
+      }
       at::parallel_for(0, blocks, 16, [&](int64_t b_lo, int64_t b_hi) {
         std::vector<char> stage_wide(stage_bytes > kStageBytes ? stage_bytes : 0);
         alignas(64) char stage_small[kStageBytes];
         char* stage = stage_wide.empty() ? stage_small : stage_wide.data();
         std::vector<int64_t> cursor(sets);
-        for (int64_t s = 0; s < sets; ++s) {
-          const Idx* id = ids[s].data_ptr<Idx>();
-          cursor[s] = std::lower_bound(id, id + ids[s].numel(), static_cast<Idx>(b_lo * rows_per_block)) - id;
-        }
+        for (int64_t s = 0; s < sets; ++s)
+          cursor[s] = std::lower_bound(set_ids[s], set_ids[s] + ids[s].numel(), static_cast<Idx>(b_lo * rows_per_block)) -
+                      set_ids[s];
         for (int64_t b = b_lo; b < b_hi; ++b) {
           const int64_t r0 = b * rows_per_block, r1 = std::min(M, r0 + rows_per_block);
-          std::memset(stage, 0, (r1 - r0) * row_bytes);
+          if ((r1 - r0) * row_bytes == kStageBytes) std::memset(stage, 0, kStageBytes);  // inlined vector stores
+          else std::memset(stage, 0, (r1 - r0) * row_bytes);
           auto* acc = reinterpret_cast<scalar_t*>(stage);
           for (int64_t s = 0; s < sets; ++s) {
-            const Idx* id = ids[s].data_ptr<Idx>();
-            const scalar_t* src = values[s].data_ptr<scalar_t>();
+            const Idx* id = set_ids[s];
+            const scalar_t* src = set_values[s];
+            const int64_t n = ids[s].numel();
             int64_t k = cursor[s];
-            for (const int64_t n = ids[s].numel(); k < n && id[k] < r1; ++k) {
-              scalar_t* row = acc + (static_cast<int64_t>(id[k]) - r0) * D;
-              for (int64_t d = 0; d < D; ++d) row[d] = row[d] + src[k * D + d];
+            if (D == 1) {
+              for (; k < n && id[k] < r1; ++k) acc[id[k] - r0] = acc[id[k] - r0] + src[k];
+            } else {
+              for (; k < n && id[k] < r1; ++k) {
+                scalar_t* row = acc + (static_cast<int64_t>(id[k]) - r0) * D;
+                for (int64_t d = 0; d < D; ++d) row[d] = row[d] + src[k * D + d];
+              }
             }
             cursor[s] = k;
           }
