@@ -97,17 +97,18 @@ def test_nonzero_rows_match_reference(ext: ModuleType) -> None:
     for dtype in VALUE_DTYPES:
         for M, D in ((0, 1), (1, 1), (1000, 1), (4099, 1), (777, 3), (5_000_017, 1)):  # the last: several chunks
             cases = [torch.zeros(M, D, dtype=dtype), torch.ones(M, D, dtype=dtype)]  # empty, full density
-            sparse = torch.zeros(M, D, dtype=dtype)
-            mask = torch.rand(M, generator=g) < 0.07
-            sparse[mask, D - 1] = torch.randn(int(mask.sum()), generator=g).to(dtype)
-            if M:
-                sparse[0, 0] = 1  # index 0
-                sparse[-1, -1] = -3  # last index
-                sparse[M // 2, 0] = -0.0  # negative zero is zero
-                sparse[M // 3, 0] = float("nan")  # NaN is non-zero
-                sparse[M // 4, 0] = torch.finfo(dtype).tiny / 2  # subnormal is non-zero
-                sparse[M // 5, 0] = float("-inf")
-            cases.append(sparse)
+            for density in (0.01, 0.07):  # words of 64 holding 0-2 non-zeros (the unrolled path), and more
+                sparse = torch.zeros(M, D, dtype=dtype)
+                mask = torch.rand(M, generator=g) < density
+                sparse[mask, D - 1] = torch.randn(int(mask.sum()), generator=g).to(dtype)
+                if M:
+                    sparse[0, 0] = 1  # index 0
+                    sparse[-1, -1] = -3  # last index
+                    sparse[M // 2, 0] = -0.0  # negative zero is zero
+                    sparse[M // 3, 0] = float("nan")  # NaN is non-zero
+                    sparse[M // 4, 0] = torch.finfo(dtype).tiny / 2  # subnormal is non-zero
+                    sparse[M // 5, 0] = float("-inf")
+                cases.append(sparse)
             for dense in cases:
                 got = LocalGrad(M, D, dtype, dense.device, dense=dense).rows()
                 with native.disabled():

@@ -184,34 +184,51 @@ struct Found {
   std::vector<int64_t> ids;
   std::vector<Bits> values;
   int64_t size = 0;
-  // Appends the set bits m of the word of 64 elements at p (element id `first`).
-  void take(uint64_t m, int64_t first, const Bits* p) {
-    if (size + 64 > static_cast<int64_t>(ids.size())) {
-      const size_t cap = std::max<size_t>(2 * ids.size(), 1 << 12);
+  // Room for `more` entries past size.
+  void reserve(int64_t more) {
+    if (size + more > static_cast<int64_t>(ids.size())) {
+      const size_t cap = std::max<size_t>(2 * ids.size(), std::max<int64_t>(size + more, 1 << 12));
       ids.resize(cap);
       values.resize(cap);
     }
-    int64_t* id = ids.data() + size;
-    Bits* v = values.data() + size;
-    for (; m; m &= m - 1) {
-      const int e = __builtin_ctzll(m);
-      *id++ = first + e;
-      *v++ = p[e];
-    }
-    size = id - ids.data();
   }
 };
 
+constexpr int64_t kWordsPerReserve = 64;
+
 // Full words [lo, hi) of data: every non-zero goes to `found` while its line is still in L1. The
 // prefetch a few KB ahead keeps more loads in flight than the hardware prefetcher does on its own.
+// A word's first two set bits are written unconditionally (the count advances by whether they exist) and
+// only a third starts a loop: at 1-2% density a word holds 0, 1 or 2 non-zeros, and a loop whose trip
+// count is that random mispredicts on most words (2.7-2.8 vs 2.9-3.2 ms for 2^24 fp32 at 1%).
 template <typename Bits>
 void scan_words(const Bits* data, int64_t lo, int64_t hi, Found<Bits>& found) {
-  for (int64_t w = lo; w < hi; ++w) {
-    const Bits* p = data + w * 64;
-    for (size_t l = 0; l < sizeof(Bits); ++l)
-      __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + 64 * l);
-    const uint64_t m = mask_word(p);
-    if (m) found.take(m, w * 64, p);
+  for (int64_t w0 = lo; w0 < hi; w0 += kWordsPerReserve) {
+    const int64_t w1 = std::min(hi, w0 + kWordsPerReserve);
+    found.reserve((w1 - w0) * 64);
+    int64_t* id = found.ids.data();
+    Bits* v = found.values.data();
+    int64_t n = found.size;
+    for (int64_t w = w0; w < w1; ++w) {
+      const Bits* p = data + w * 64;
+      for (size_t l = 0; l < sizeof(Bits); ++l)
+        __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + 64 * l);
+      uint64_t m = mask_word(p);
+      const int64_t first = w * 64;
+      for (int u = 0; u < 2; ++u) {  // bit 63 stands in when m is empty: written, not counted
+        const int e = __builtin_ctzll(m | (1ULL << 63));
+        id[n] = first + e;
+        v[n] = p[e];
+        n += m != 0;
+        m &= m - 1;
+      }
+      for (; m; m &= m - 1) {
+        const int e = __builtin_ctzll(m);
+        id[n] = first + e;
+        v[n++] = p[e];
+      }
+    }
+    found.size = n;
   }
 }
 
@@ -259,7 +276,12 @@ std::tuple<Tensor, Tensor> nonzero_flat(const Tensor& dense) {
       uint64_t m = 0;
       for (int64_t i = full * 64; i < M; ++i)
         m |= static_cast<uint64_t>((data[i] & zen::magnitude_mask<Bits>()) != 0) << (i - full * 64);
-      if (m) mine.take(m, full * 64, data + full * 64);
+      mine.reserve(64);
+      for (; m; m &= m - 1) {
+        const int e = __builtin_ctzll(m);
+        mine.ids[mine.size] = full * 64 + e;
+        mine.values[mine.size++] = data[full * 64 + e];
+      }
     }
   });
   std::vector<int64_t> base(chunks.count);
