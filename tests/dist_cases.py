@@ -91,3 +91,10 @@ def ddp_train(scheme: str, steps: int) -> list[float]:
         dist.all_reduce(t)
         losses.append(t.item())
     return losses
+
+
+def gloo_loop() -> str:
+    """This rank's gloo event-loop policy, as zen.launch left it."""
+    from zen.launch import gloo_loop_policy
+
+    return gloo_loop_policy()

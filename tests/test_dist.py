@@ -47,3 +47,10 @@ def test_ddp_hook_matches_allreduce() -> None:
         losses = spawn("tests.dist_cases:ddp_train", 2, {"scheme": scheme, "steps": 20})[0]
         for a, b in zip(base, losses, strict=True):
             assert abs(a - b) <= 1e-4 * abs(a)
+
+
+def test_launch_calms_gloo_event_loop() -> None:
+    """Ranks spawned by zen.launch run gloo's event loop under SCHED_BATCH (no wake-up preemption of a
+    rank holding a gloo lock); ZEN_GLOO_BATCH=0 keeps the default policy."""
+    assert spawn("tests.dist_cases:gloo_loop", 2) == ["batch", "batch"]
+    assert spawn("tests.dist_cases:gloo_loop", 2, env=lambda r: {"ZEN_GLOO_BATCH": "0"}) == ["default", "default"]

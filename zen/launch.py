@@ -5,6 +5,10 @@ threads) that initialises the process group, calls `module:function(**kwargs)` a
 return value. A rank that fails or overruns kills the whole group with a clear error. A `wrap`
 callable may prefix each rank's command line (e.g. `ip netns exec node3`), and `env` per rank lets
 the caller bind ranks to interfaces; this is how the emulated cluster plugs in.
+
+gloo ranks put gloo's event-loop threads under SCHED_BATCH (see `calm_gloo_event_loop`; ZEN_GLOO_BATCH=0
+keeps the default policy): on a box with fewer cores than ranks this stops the loop of one rank from
+preempting, on every wake-up, the thread of another that holds a gloo lock.
 """
 
 from __future__ import annotations
@@ -24,6 +28,52 @@ from pathlib import Path
 from typing import Any
 
 from zen.types import ZenCommError
+
+GLOO_LOOP_THREAD = "gloo_tcp_loop"  # the name gloo gives its TCP event-loop thread
+
+
+def _gloo_loop_threads() -> list[int]:
+    tasks = Path("/proc/self/task")
+    if not hasattr(os, "sched_setscheduler") or not tasks.is_dir():
+        return []
+    found = []
+    for task in tasks.iterdir():
+        try:
+            if (task / "comm").read_text().strip() == GLOO_LOOP_THREAD:
+                found.append(int(task.name))
+        except OSError:  # the thread has ended
+            continue
+    return found
+
+
+def calm_gloo_event_loop() -> int:
+    """Put this process's gloo event-loop threads under SCHED_BATCH; returns how many now are.
+
+    Why: a thread posting a gloo send or receive holds its pair's lock, and gloo's loop only try-locks a pair
+    and calls epoll_wait again when that fails, so an EPOLLIN that arrives meanwhile makes it spin. With
+    more ranks than cores the holder is often preempted right then, by another rank's loop woken by the
+    bytes it just wrote: 4 ranks on 2 cores made 4.7 million epoll_wait calls in 5 s, a fifth of all CPU.
+    A SCHED_BATCH thread still runs at normal weight but does not preempt on wake-up. Linux only."""
+    calmed = 0
+    for tid in _gloo_loop_threads():
+        try:
+            os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
+            calmed += 1
+        except OSError:  # the thread ended, or the policy is not ours to change: keep the default
+            continue
+    return calmed
+
+
+def gloo_loop_policy() -> str:
+    """"batch" or "default": the scheduling policy of this process's gloo event loop; "-" without one."""
+    threads = _gloo_loop_threads()
+    if not threads:
+        return "-"
+    try:
+        batch = all(os.sched_getscheduler(t) == os.SCHED_BATCH for t in threads)
+    except OSError:
+        return "-"
+    return "batch" if batch else "default"
 
 
 def free_port() -> int:
@@ -101,6 +151,8 @@ def worker_main(argv: list[str] | None = None) -> None:
     module, func = args.target.split(":")
     fn = getattr(importlib.import_module(module), func)
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.pg_timeout))
+    if args.backend == "gloo" and os.environ.get("ZEN_GLOO_BATCH", "1") != "0":
+        calm_gloo_event_loop()
     try:
         result = fn(**kwargs)
         tmp = Path(args.out + ".tmp")

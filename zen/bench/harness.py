@@ -55,6 +55,7 @@ class RankRecord:
     checksum: float
     correct: bool | None
     alpha_s: float = 0.0  # median latency of a tiny collective on this rank's network
+    gloo_loop: str = "-"  # scheduling policy of this rank's gloo event loop (zen.launch.gloo_loop_policy)
 
 
 def union_density(cfg: BenchConfig) -> float:
@@ -103,6 +104,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     """Body of one real rank (target of zen.launch.spawn)."""
     import torch.distributed as dist
 
+    from zen import launch
     from zen.comm.dist import DistComm
 
     comm = DistComm()
@@ -132,7 +134,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
         if reference is not None:
             correct = matches_reference(out.cpu(), *reference, cfg.world_size)
         checksum = float(out.double().mul(torch.arange(1, out.numel() + 1, device=out.device) % 97).sum())
-        records[name] = RankRecord(stats, times, checksum, correct, alpha)
+        records[name] = RankRecord(stats, times, checksum, correct, alpha, launch.gloo_loop_policy())
     return records
 
 
@@ -233,7 +235,7 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
         out.append({
             "scheme": name, "backend": cfg.backend, "world_size": cfg.world_size, "numel": cfg.numel,
             "density": cfg.density, "pattern": cfg.pattern, "dtype": cfg.dtype, "bandwidth": cfg.bandwidth,
-            "in_place": cfg.in_place,
+            "in_place": cfg.in_place, "gloo_loop": recs[0].gloo_loop,
             "union_density": udens, "nnz_max": max(r.stats.nnz for r in recs),
             "bytes_sent_max": max(r.stats.traffic.bytes_sent for r in recs),
             "bytes_received_max": max(recv), "bytes_received_mean": statistics.fmean(recv),

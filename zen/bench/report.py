@@ -33,7 +33,8 @@ def header(rows: list[dict[str, Any]]) -> str:
     r = rows[0]
     return (f"# backend={r['backend']} world_size={r['world_size']} numel={r['numel']} density={r['density']} "
             f"pattern={r['pattern']} dtype={r['dtype']} bandwidth={r['bandwidth'] or '-'} "
-            f"in_place={'yes' if r.get('in_place') else 'no'} time={r['time_source']}")
+            f"in_place={'yes' if r.get('in_place') else 'no'} time={r['time_source']}"
+            + (f" gloo_loop={r['gloo_loop']}" if r.get("gloo_loop", "-") != "-" else ""))
 
 
 def table(rows: list[dict[str, Any]]) -> str:
