@@ -12,9 +12,9 @@ import torch.distributed as dist
 from zen.comm.base import Communicator
 from zen.comm.dist import DistComm
 from zen.comm.sim import SimComm, SimGroup
-from zen.registry import make_scheme
+from zen.registry import Scheme, make_scheme
 from zen.sparse import output_like, to_local_grad
-from zen.types import Scheme, SyncStats
+from zen.types import SyncStats
 from zen.validate import check_inputs
 
 _COMMS: dict[Any, DistComm] = {}

@@ -1,12 +1,29 @@
-"""Scheme registry: `@register_scheme("name")` on a class; unknown names list the choices."""
+"""Scheme registry: the `Scheme` contract, `@register_scheme("name")` on a class; unknown names list the
+choices."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from zen.types import Scheme, ZenInputError
+import torch
+
+from zen.comm.base import Communicator
+from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout, ZenInputError
+
+
+class Scheme(Protocol):
+    """A synchronization scheme: writes the dense sum over ranks into `out` (M, D) on every rank, and
+    predicts, from the ranks' non-zero row sets, the bytes each rank will receive per phase."""
+
+    name: str
+    sparse_input: bool
+
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None: ...
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]: ...
+
 
 _FACTORIES: dict[str, Callable[..., Scheme]] = {}
 _PLUGINS = ("zen.bp", "zen.hc", "zen.selector", "baselines")

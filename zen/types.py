@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from zen import native
 from zen.rows import add_messages, add_rows
-
-if TYPE_CHECKING:
-    from zen.comm.base import Communicator
 
 
 class ZenError(RuntimeError):
@@ -155,15 +151,3 @@ class WireLayout:
 
 
 PhaseBytes = dict[str, int]
-
-
-class Scheme(Protocol):
-    """A synchronization scheme: writes the dense sum over ranks into `out` (M, D) on every rank, and
-    predicts, from the ranks' non-zero row sets, the bytes each rank will receive per phase."""
-
-    name: str
-    sparse_input: bool
-
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None: ...
-
-    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]: ...

@@ -17,15 +17,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from zen.hashing import HashFamily
+
+class HashFamily(Protocol):
+    """What the kernels take of a zen.hashing.HashFamily: its (a, b) pair per level (the native layer sits
+    below the hashing module, so it names the shape, not the class)."""
+
+    coeffs: Sequence[tuple[int, int]]
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()

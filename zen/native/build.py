@@ -18,25 +18,12 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = {"cpu": ("zen_cpu.cpp",), "cuda": ("zen_cuda_binding.cpp", "zen_cuda.cu")}
+from zen.native.sources import CSRC, NVCC_FLAGS, SOURCES, build_root
+
 CFLAGS = ["-O3", "-fopenmp"]  # at::parallel_for is OpenMP inline code: without -fopenmp it runs serially
 LDFLAGS = ["-fopenmp"]  # resolves to the libgomp.so.1 that torch already loaded
-NVCC_FLAGS = ["-O3"]  # torch adds -std=c++20, its COMMON_NVCC_FLAGS and the -gencode flags
 
 _log = logging.getLogger(__name__)
-
-
-def build_root() -> Path:
-    env = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if env:
-        return Path(env) / "zen_native"
-    repo = Path(__file__).resolve().parents[2]
-    if (repo / "pyproject.toml").exists():
-        return repo / "build" / "native"
-    from torch.utils.cpp_extension import get_default_build_root
-
-    return Path(get_default_build_root()) / "zen_native"
 
 
 def cpu_cflags() -> list[str]:

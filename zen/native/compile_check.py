@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from zen.native.build import CSRC, NVCC_FLAGS, SOURCES, build_root
+from zen.native.sources import CSRC, NVCC_FLAGS, SOURCES, build_root
 
 STD = "c++20"  # what torch.utils.cpp_extension uses for torch >= 2.10; its headers warn under c++17
 GENCODE = ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]
