@@ -114,6 +114,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     source = out if cfg.in_place else grad
     reference = _reference(cfg) if rank == 0 else None
     alpha = _tiny_collective_latency(comm)
+    gloo_loop = launch.gloo_loop_policy()
     records = {}
     for name in cfg.schemes:
         scheme = make_scheme(name, **cfg.options.get(name, {}))
@@ -134,7 +135,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
         if reference is not None:
             correct = matches_reference(out.cpu(), *reference, cfg.world_size)
         checksum = float(out.double().mul(torch.arange(1, out.numel() + 1, device=out.device) % 97).sum())
-        records[name] = RankRecord(stats, times, checksum, correct, alpha, launch.gloo_loop_policy())
+        records[name] = RankRecord(stats, times, checksum, correct, alpha, gloo_loop)
     return records
 
 
