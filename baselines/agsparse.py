@@ -9,9 +9,11 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator
+from zen.grad import LocalGrad
+from zen.output import Output
 from zen.prediction import count_meta
 from zen.registry import register_scheme
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+from zen.types import PhaseBytes, SyncStats, WireLayout
 
 
 @register_scheme("agsparse")
@@ -19,11 +21,11 @@ class AllGatherSparse:
     name = "agsparse"
     sparse_input = True
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         gathered = comm.all_gather_v((index.to(grad.index_dtype()), values), phase="gather")
-        grad.write_result(out, gathered)
+        out.write(gathered)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         P = layout.world_size

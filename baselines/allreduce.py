@@ -7,9 +7,11 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator, ring_chunk
+from zen.grad import LocalGrad
+from zen.output import Output
 from zen.registry import register_scheme
 from zen.rows import put_rows
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+from zen.types import PhaseBytes, SyncStats, WireLayout
 
 
 @register_scheme("allreduce")
@@ -17,15 +19,16 @@ class DenseAllReduce:
     name = "allreduce"
     sparse_input = False
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
+        buffer = out.buffer
         if grad.dense is not None:
-            if grad.dense.data_ptr() != out.data_ptr():
-                out.copy_(grad.dense)
+            if grad.dense.data_ptr() != buffer.data_ptr():
+                buffer.copy_(grad.dense)
         else:
             index, values = grad.rows()
-            out.zero_()
-            put_rows(out, index, values)
-        comm.all_reduce(out, phase="allreduce")
+            out.zero()
+            put_rows(buffer, index, values)
+        comm.all_reduce(buffer, phase="allreduce")
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         P, numel = layout.world_size, layout.rows * layout.width

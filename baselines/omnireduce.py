@@ -38,9 +38,11 @@ import torch
 
 from baselines.sparse_ps import even_bounds, owner_traffic, range_counts
 from zen.comm.base import Communicator
+from zen.grad import LocalGrad
+from zen.output import Output
 from zen.registry import register_scheme
 from zen.rows import concat
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+from zen.types import PhaseBytes, SyncStats, WireLayout
 
 
 def block_id_dtype(num_blocks: int) -> torch.dtype:
@@ -60,9 +62,9 @@ class OmniReduce:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         P, r = comm.world_size, comm.rank
-        flat = out.view(-1)
+        flat = out.buffer.view(-1)
         num_blocks = -(-flat.numel() // self.block_size)
         bounds = even_bounds(num_blocks, P)
         id_dtype = block_id_dtype(num_blocks)
@@ -70,11 +72,11 @@ class OmniReduce:
         stats.nnz = int(index.numel())
         blocks = self._nonzero_blocks(index, values != 0)
         stats.push_counts = range_counts(blocks, bounds)
-        grad.own_output(out, index, values)
+        out.own(index, values)
         columns = blocks.split(stats.push_counts)
         messages = [self._column(flat, columns[j], bounds[j + 1], id_dtype) for j in range(P)]
         received = comm.all_to_all_v(messages, phase="push")
-        grad.zero_output(out)
+        out.zero()
         ids = [words[:-1] for words, _ in received]
         for x, (_, payload) in zip(ids, received, strict=True):  # in rank order, as add_messages sums
             self._write_blocks(flat, x, payload, add=True)

@@ -55,11 +55,13 @@ import torch
 
 from baselines.sparse_ps import even_bounds
 from zen.comm.base import Communicator, Message
+from zen.grad import LocalGrad
 from zen.hc import fold_layout
+from zen.output import Output
 from zen.prediction import COUNT_BYTES
 from zen.registry import register_scheme
 from zen.rows import add_rows, put_rows
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout, ZenInputError
+from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 VARIANTS = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather")
 
@@ -265,7 +267,7 @@ class SparCML:
         self.variant = variant
         self.small_bytes = small_bytes
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         M = grad.num_rows
@@ -296,9 +298,9 @@ class SparCML:
                 result = [self._recursive_double(ops, comm, stream, vrank, extra)]
             if r < 2 * extra:
                 comm.sendrecv(r - 1, ops.encode(result), None, phase="unfold")
-        grad.zero_output(out)
+        out.zero()
         for s in result:
-            ops.write(out, s)
+            ops.write(out.buffer, s)
         stats.extra["dense_rows"] = float(sum(s.n for s in result if s.index is None))
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:

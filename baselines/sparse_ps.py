@@ -22,10 +22,12 @@ import torch
 
 from zen import encoding
 from zen.comm.base import Communicator
+from zen.grad import LocalGrad
+from zen.output import Output
 from zen.prediction import count_meta
 from zen.registry import register_scheme
 from zen.rows import add_messages, put_rows
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+from zen.types import PhaseBytes, SyncStats, WireLayout
 
 
 def even_bounds(size: int, parts: int) -> list[int]:
@@ -54,7 +56,7 @@ class SparseParameterServer:
     name = "sparse_ps"
     sparse_input = True
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         P, r = comm.world_size, comm.rank
         bounds = even_bounds(grad.num_rows, P)
         index, values = grad.rows()
@@ -64,13 +66,13 @@ class SparseParameterServer:
         wire_index = index.to(grad.index_dtype())
         messages = list(zip(wire_index.split(counts), values.split(counts), strict=True))
         received = comm.all_to_all_v(messages, phase="push")
-        grad.zero_output(out)
-        add_messages(out, received)
-        members = torch.arange(bounds[r], bounds[r + 1], device=out.device)
-        message, stats.server_count = encoding.encode("coo", out, members, grad.index_dtype())
+        out.zero()
+        add_messages(out.buffer, received)
+        members = torch.arange(bounds[r], bounds[r + 1], device=grad.device)
+        message, stats.server_count = encoding.encode("coo", out.buffer, members, grad.index_dtype())
         for j, (rows, vals) in enumerate(comm.all_gather_v(message, phase="pull")):
             if j != r:
-                put_rows(out, rows, vals)
+                put_rows(out.buffer, rows, vals)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """The module's formulas on the index sets, U being their union (no exact cancellation)."""

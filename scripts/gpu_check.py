@@ -24,9 +24,9 @@ import torch
 
 import zen
 from zen import encoding, hashing, native
+from zen.grad import LocalGrad
 from zen.native import bench
 from zen.native.build import load_extension
-from zen.types import LocalGrad
 
 CPU = torch.device("cpu")
 

@@ -186,3 +186,65 @@ def _check_divisor(scheme: str, dtype: torch.dtype) -> None:
         for s, m, w in zip(summed.outputs, mean.outputs, mean_in_place.outputs, strict=True):
             want = s.div(P).view(torch.uint8)
             assert torch.equal(m.view(torch.uint8), want) and torch.equal(w.view(torch.uint8), want), (scheme, P)
+
+
+ROW_CASES = ("matrix", "coo", "empty_ranks", "all_empty", "cancelling_rows")
+
+
+def _row_case(case: str, rank: int, P: int) -> torch.Tensor:
+    """(rows, width) inputs: a table gradient (dense or COO), and one whose rows cancel across ranks."""
+    if case == "cancelling_rows":
+        t = CASES["matrix"](rank, P, torch.float32)
+        if rank == 1:
+            t = -CASES["matrix"](0, P, torch.float32)
+            t[::2] = 0
+        return t
+    if case in ("empty_ranks", "all_empty"):
+        return CASES[case](rank, P, torch.float32).view(-1, 1)
+    return CASES[case](rank, P, torch.float32)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("P", [1, 3, 4])
+def test_rows_and_sparse_results(scheme: str, P: int) -> None:
+    """A table gradient synced as rows (`rows=True`: one index per row) or returned as a COO tensor over the
+    union's rows (`sparse_result`): the same sum as the flat dense sync, identical on every rank; a COO
+    result is coalesced and only holds rows some rank has; the mean divides it."""
+    for case in ROW_CASES:
+        tensors = [_row_case(case, r, P) for r in range(P)]
+        total, magnitude = reference_sum(tensors)
+        dense_in = [t.to_dense() for t in tensors]
+        as_rows = zen.simulate(scheme, dense_in, seed=P, rows=True)
+        coo = zen.simulate(scheme, tensors, seed=P, rows=True, sparse_result=True)
+        mean = zen.simulate(scheme, tensors, seed=P, rows=True, sparse_result=True, divisor=P)
+        touched = torch.stack([t.to_dense().reshape(t.shape[0], -1) != 0 for t in tensors]).any(0).any(1)
+        for r in range(P):
+            assert matches_reference(as_rows.outputs[r], total, magnitude, P), (scheme, case, r)
+            out = coo.outputs[r]
+            assert out.layout == torch.sparse_coo and out.is_coalesced() and out.shape == tensors[0].shape
+            assert matches_reference(out.to_dense(), total, magnitude, P), (scheme, case, r)
+            assert bool(touched[out.indices()[0]].all()), (scheme, case)
+            assert torch.equal(out.to_dense(), coo.outputs[0].to_dense())
+            assert torch.equal(mean.outputs[r].to_dense(), out.to_dense() / P)
+        work = [t.clone() for t in dense_in]
+        in_place = zen.simulate(scheme, work, seed=P, rows=True, outs=work)
+        assert in_place.phases == as_rows.phases
+        assert all(torch.equal(a, b) for a, b in zip(in_place.outputs, as_rows.outputs, strict=True))
+
+
+@pytest.mark.parametrize("scheme", ["zen", "zen-bp", "zen-hc", "agsparse"])
+@pytest.mark.parametrize("P", [1, 3, 4])
+def test_sparse_result_never_builds_the_dense_table(scheme: str, P: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Zen's schemes (and AGsparse) hand a COO input back as COO without ever allocating the M x D table."""
+    from zen.output import RowsOutput
+
+    def no_table(self: RowsOutput) -> torch.Tensor:
+        raise AssertionError("a dense table was built for a sparse result")
+
+    monkeypatch.setattr(RowsOutput, "buffer", property(no_table))
+    tensors = [CASES["coo"](r, P, torch.float32) for r in range(P)]
+    total, magnitude = reference_sum(tensors)
+    for choice in ((None, "bp", "hc") if scheme == "zen" else (None,)):
+        options = {"choice": choice} if choice else {}
+        res = zen.simulate(scheme, tensors, seed=P, sparse_result=True, warmup=1, **options)
+        assert all(matches_reference(o.to_dense(), total, magnitude, P) for o in res.outputs)

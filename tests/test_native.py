@@ -13,8 +13,8 @@ import torch
 
 import zen
 from zen import encoding, hashing, native
+from zen.grad import LocalGrad
 from zen.native import compile_check
-from zen.types import LocalGrad
 
 VALUE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _pool = ThreadPoolExecutor(max_workers=1)

@@ -12,8 +12,9 @@ import torch.distributed as dist
 from zen.comm.base import Communicator
 from zen.comm.dist import DistComm
 from zen.comm.sim import SimComm, SimGroup
+from zen.grad import to_local_grad
+from zen.output import make_output
 from zen.registry import Scheme, make_scheme
-from zen.sparse import output_like, to_local_grad
 from zen.types import SyncStats
 from zen.validate import check_inputs
 
@@ -22,27 +23,28 @@ _SCHEMES: dict[tuple, Scheme] = {}
 
 
 def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
-         validate: bool = True, divisor: int = 1) -> tuple[torch.Tensor, SyncStats]:
-    """Run one scheme on one rank; returns the dense sum (shaped like `tensor`) and the rank's stats.
+         validate: bool = True, divisor: int = 1, *, rows: bool = False, sparse_result: bool = False,
+         check_finite: bool = True) -> tuple[torch.Tensor, SyncStats]:
+    """Run one scheme on one rank; returns the sum (shaped like `tensor`) and the rank's stats.
 
     `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
     separate output. Where they write only the rows that change, a -0.0 no rank changed stays -0.0.
     `divisor` returns sum / divisor (a DDP hook's mean), divided while the result is written where the
-    scheme can, else in one more pass; the same bits either way."""
-    grad = to_local_grad(tensor)
+    scheme can, else in one more pass; the same bits either way. `rows` syncs a dense tensor as rows of
+    its first dim (an embedding table's gradient: one index per row); `sparse_result` returns a COO
+    tensor over the union's rows instead of a dense one (work and memory proportional to those rows).
+    `validate` runs the cross-rank input check (one small all-gather); `check_finite` makes a NaN or Inf
+    a ZenInputError there (else it is summed like any value, as dense allreduce does)."""
+    grad = to_local_grad(tensor, rows)
     stats = SyncStats()
     comm.traffic = stats.traffic
     if getattr(scheme, "sparse_input", True):
         grad.rows()
     if validate:
-        check_inputs(grad, tuple(tensor.shape), scheme.name, comm)
-    result = output_like(tensor, out)
-    grad.in_place = grad.dense is not None and result.data_ptr() == grad.dense.data_ptr()
-    grad.divisor = divisor
-    scheme(grad, comm, result.view(grad.num_rows, grad.row_width), stats)
-    if divisor != 1 and not grad.divided:
-        result.div_(divisor)
-    return result, stats
+        check_inputs(grad, tuple(tensor.shape), scheme.name, comm, check_finite)
+    output = make_output(tensor, grad, out, divisor, sparse_result)
+    scheme(grad, comm, output, stats)
+    return output.finish(), stats
 
 
 def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None) -> DistComm:
@@ -61,13 +63,16 @@ def _cached_scheme(name: str, group: Any, options: dict[str, Any]) -> Scheme:
 
 def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGroup | None = None, *,
               out: torch.Tensor | None = None, validate: bool = True, timeout_s: float | None = None,
-              **options: Any) -> torch.Tensor:
-    """Dense SUM of `tensor` over the ranks of `group`, same shape and dtype, on every rank.
+              rows: bool = False, sparse_result: bool = False, **options: Any) -> torch.Tensor:
+    """SUM of `tensor` over the ranks of `group`, same shape and dtype, on every rank: dense, or with
+    `sparse_result` a coalesced COO tensor over the rows any rank has.
 
-    `tensor` may be dense (any shape) or sparse COO (e.g. nn.Embedding(sparse=True) gradients,
-    duplicates included). Scheme instances (and their per-size state) persist across calls."""
+    `tensor` may be dense (any shape; `rows`: as rows of its first dim) or sparse COO (e.g.
+    nn.Embedding(sparse=True) gradients, duplicates included). Scheme instances (and their per-size
+    state) persist across calls. See `sync` for the rest."""
     comm = _dist_comm(group, timeout_s)
-    return sync(_cached_scheme(scheme, group, options), tensor, comm, out, validate)[0]
+    return sync(_cached_scheme(scheme, group, options), tensor, comm, out, validate, rows=rows,
+                sparse_result=sparse_result)[0]
 
 
 @dataclass
@@ -82,7 +87,7 @@ class SimResult:
 
 def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, seed: int | None = None,
              validate: bool = True, timeout_s: float = 600.0, outs: Sequence[torch.Tensor] | None = None,
-             divisor: int = 1, **options: Any) -> SimResult:
+             divisor: int = 1, rows: bool = False, sparse_result: bool = False, **options: Any) -> SimResult:
     """Run `scheme` on len(tensors) virtual ranks in this process, through the same code path as
     torch.distributed; bytes are counted exactly. `warmup` calls run first (e.g. so `zen` has made
     its BP/HC choice) and are not reported."""
@@ -94,8 +99,8 @@ def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, s
         comm = SimComm(group, r, tensors[r].device)
         out = outs[r] if outs is not None else None
         for _ in range(warmup):
-            sync(instances[r], tensors[r], comm, out, validate, divisor)
-        return sync(instances[r], tensors[r], comm, out, validate, divisor)
+            sync(instances[r], tensors[r], comm, out, validate, divisor, rows=rows, sparse_result=sparse_result)
+        return sync(instances[r], tensors[r], comm, out, validate, divisor, rows=rows, sparse_result=sparse_result)
 
     results = group.run(rank_main)
     stats = [s for _, s in results]

@@ -7,11 +7,13 @@ import torch
 
 from zen import encoding, native
 from zen.comm.base import Communicator
+from zen.grad import LocalGrad
 from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
+from zen.output import Output
 from zen.prediction import count_meta
 from zen.registry import register_scheme
 from zen.rows import add_messages, add_rows, put_rows, take_rows
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+from zen.types import PhaseBytes, SyncStats, WireLayout
 
 COMPACT_RATIO = 10  # compact path when received ids <= |S_r| / 10 (CPU crossover measured near / 8)
 
@@ -46,7 +48,7 @@ class BalancedParallelism:
         self.r1_factor = r1_factor
         self.r2_ratio = r2_ratio
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         family = HashFamily.from_seed(comm.shared_seed(), self.k)
         received = self.push(grad, comm, stats, family)
         message, own = self.aggregate(grad, comm, out, stats, family, received)
@@ -67,52 +69,55 @@ class BalancedParallelism:
         messages = list(zip(wire_index.split(parts.counts), wire_values.split(parts.counts), strict=True))
         return comm.all_to_all_v(messages, phase="push")
 
-    def aggregate(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats,
+    def aggregate(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats,
                   family: HashFamily, received: list[encoding.Message]
                   ) -> tuple[encoding.Message, encoding.Message | None]:
         """Sum what was pushed to us, message by message in rank order, and encode it for the pull.
 
         Only the received ids can be non-zero in our partition. On CPU, when they are few next to |S_r|,
-        the sums live in a compact buffer over the sorted distinct ids and the message is encoded from it
-        (O(1) bitmap positions): no scattered adds into `out`, no scan of all M / n rows of S_r there.
-        Returns (message, our non-zero (ids, sums) to write into `out` later, or None if `out` has them)."""
+        and whenever the output wants rows, the sums live in a compact buffer over the sorted distinct ids
+        and the message is encoded from it (O(1) bitmap positions): no scattered adds into a dense buffer,
+        no scan of all M / n rows of S_r there.
+        Returns (message, our non-zero (ids, sums) to write later, or None if the dense buffer has them)."""
         r = comm.rank
-        members, offsets = server_rows(grad.num_rows, comm.world_size, family, out.device)
+        members, offsets = server_rows(grad.num_rows, comm.world_size, family, grad.device)
         mine = members[offsets[r] : offsets[r + 1]]
         candidates = sum(int(index.numel()) for index, _ in received)
-        if out.device.type != "cpu" or candidates * COMPACT_RATIO > mine.numel():
-            grad.zero_output(out)
-            add_messages(out, received)
-            message, stats.server_count = encoding.encode(self.pull, out, mine, grad.index_dtype())
+        if not out.rows_wanted and (grad.device.type != "cpu" or candidates * COMPACT_RATIO > mine.numel()):
+            out.zero()
+            add_messages(out.buffer, received)
+            message, stats.server_count = encoding.encode(self.pull, out.buffer, mine, grad.index_dtype())
             return message, None
-        rows, sums = _compact_sum(received, out.shape[1])
-        positions = server_ranks(grad.num_rows, comm.world_size, family, out.device, r)
+        rows, sums = _compact_sum(received, grad.row_width)
+        positions = server_ranks(grad.num_rows, comm.world_size, family, grad.device, r)
         message, stats.server_count = encoding.encode_rows(self.pull, rows, sums, mine, grad.num_rows,
                                                            positions, grad.index_dtype())
         return message, (rows, sums)
 
-    def pull_back(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, family: HashFamily,
+    def pull_back(self, grad: LocalGrad, comm: Communicator, out: Output, family: HashFamily,
                   message: encoding.Message, own: encoding.Message | None) -> None:
-        """Ship our encoded partition to everyone and write every partition's rows into `out`: on CPU summed
-        from the decoded (ascending) row ids in one streaming pass (LocalGrad.write_result); on GPUs our rows
-        (`own`, unless `out` holds them) and the others' partitions scattered into `out`."""
+        """Ship our encoded partition to everyone and hand every partition's rows to `out`: on CPU (and for
+        a rows output) as the decoded (ascending) row sets, which a dense output streams in one pass; on
+        GPUs our rows (`own`, unless the buffer holds them) and the others' partitions scattered into it."""
         n, r = comm.world_size, comm.rank
-        members, offsets = server_rows(grad.num_rows, n, family, out.device)
+        members, offsets = server_rows(grad.num_rows, n, family, grad.device)
         decode = encoding.decoder(self.pull, grad.num_rows)
         gathered = comm.all_gather_v(message, phase="pull")
-        if out.device.type == "cpu":
+        if grad.device.type == "cpu" or out.rows_wanted:
             sets = [(decode(payload, members[offsets[j] : offsets[j + 1]]), values)
                     if j != r or own is None else own for j, (payload, values) in enumerate(gathered)]
-            grad.write_result(out, sets)  # partitions are disjoint: each row is 0 + its sum, exactly the sum
+            out.write(sets, disjoint=True)  # partitions are disjoint: each row is 0 + its sum, exactly the sum
             return
+        buffer = out.buffer
         if own is not None:
-            grad.zero_output(out)
-            add_rows(out, *own)
+            out.zero()
+            add_rows(buffer, *own)
         for j, (payload, values) in enumerate(gathered):
             rows_j = members[offsets[j] : offsets[j + 1]]
-            fused = j != r and self.pull == "hash_bitmap" and native.scatter_hash_bitmap(out, payload, rows_j, values)
-            if j != r and not fused:
-                put_rows(out, decode(payload, rows_j), values)
+            if j == r:
+                continue
+            if not (self.pull == "hash_bitmap" and native.scatter_hash_bitmap(buffer, payload, rows_j, values)):
+                put_rows(buffer, decode(payload, rows_j), values)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """push_r = sum_{i != r} |I_i ∩ S_r| coo_row; pull_r = sum_{j != r} payload_j (section 4)."""

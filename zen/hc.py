@@ -11,10 +11,12 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator
+from zen.grad import LocalGrad
+from zen.output import Output
 from zen.prediction import COUNT_BYTES
 from zen.registry import register_scheme
 from zen.rows import merge_rows
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+from zen.types import PhaseBytes, SyncStats, WireLayout
 
 
 def fold_layout(world_size: int) -> tuple[int, int]:
@@ -34,7 +36,7 @@ class HierarchicalCentralization:
     name = "zen-hc"
     sparse_input = True
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         idx_dtype = grad.index_dtype()
@@ -46,7 +48,7 @@ class HierarchicalCentralization:
         union = (index.to(idx_dtype), values)
         if r < 2 * extra and r % 2 == 0:  # sits out: hand data to the odd neighbour, wait for the sum
             comm.sendrecv(r + 1, union, None, phase="fold")
-            grad.write_result(out, [comm.sendrecv(r + 1, None, like, phase="unfold")])
+            out.write([comm.sendrecv(r + 1, None, like, phase="unfold")])
             return
         if r < 2 * extra:
             union = merge_rows(union, comm.sendrecv(r - 1, None, like, phase="fold"))
@@ -63,7 +65,7 @@ class HierarchicalCentralization:
                 result = [union]
         if r < 2 * extra:
             comm.sendrecv(r - 1, union, None, phase="unfold")
-        grad.write_result(out, result)
+        out.write(result)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """Replays the rounds on row masks: each receive is the sender's current union."""

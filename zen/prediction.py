@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from zen.grad import to_local_grad
 from zen.registry import make_scheme
-from zen.sparse import to_local_grad
 from zen.types import PhaseBytes, WireLayout
 
 COUNT_BYTES = 8  # one int64 row count per tensor of a message

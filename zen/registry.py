@@ -10,17 +10,20 @@ from typing import Any, Protocol
 import torch
 
 from zen.comm.base import Communicator
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout, ZenInputError
+from zen.grad import LocalGrad
+from zen.output import Output
+from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 
 class Scheme(Protocol):
-    """A synchronization scheme: writes the dense sum over ranks into `out` (M, D) on every rank, and
+    """A synchronization scheme: writes the sum over ranks into `out` on every rank (as row sets, or in its
+    dense (M, D) buffer; zen.output), and
     predicts, from the ranks' non-zero row sets, the bytes each rank will receive per phase."""
 
     name: str
     sparse_input: bool
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None: ...
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None: ...
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]: ...
 

@@ -15,9 +15,11 @@ import torch
 from zen import costmodel
 from zen.bp import BalancedParallelism
 from zen.comm.base import Communicator
+from zen.grad import LocalGrad
 from zen.hc import HierarchicalCentralization
+from zen.output import Output
 from zen.registry import register_scheme
-from zen.types import LocalGrad, PhaseBytes, SyncStats, WireLayout
+from zen.types import PhaseBytes, SyncStats, WireLayout
 
 
 @register_scheme("zen")
@@ -41,7 +43,7 @@ class ZenAuto:
         self.seen: dict[tuple, int] = {}
         self.choices: dict[tuple, str] = {}
 
-    def __call__(self, grad: LocalGrad, comm: Communicator, out: torch.Tensor, stats: SyncStats) -> None:
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         key = (grad.num_rows, grad.row_width, grad.dtype)
         choice = self.forced or self.choices.get(key)
         if choice == "hc":

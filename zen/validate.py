@@ -7,7 +7,8 @@ import zlib
 import torch
 
 from zen.comm.base import Communicator
-from zen.types import LocalGrad, ZenInputError
+from zen.grad import LocalGrad
+from zen.types import ZenInputError
 
 FIELDS = ("dtype", "rows", "row_width", "shape", "scheme", "non_finite", "bad_index")
 
@@ -26,15 +27,16 @@ def all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum(dtype=wide))) or bool(torch.isfinite(t).all())
 
 
-def local_summary(grad: LocalGrad, shape: tuple[int, ...], scheme: str) -> list[int]:
-    finite = all_finite(grad.values if grad.indices is not None else grad.dense)
+def local_summary(grad: LocalGrad, shape: tuple[int, ...], scheme: str, check_finite: bool = True) -> list[int]:
+    finite = not check_finite or all_finite(grad.values if grad.indices is not None else grad.dense)
     return [_code(str(grad.dtype)), grad.num_rows, grad.row_width, _code(str(tuple(shape))),
             _code(scheme), int(not finite), int(grad.bad_index)]
 
 
-def check_inputs(grad: LocalGrad, shape: tuple[int, ...], scheme: str, comm: Communicator) -> None:
+def check_inputs(grad: LocalGrad, shape: tuple[int, ...], scheme: str, comm: Communicator,
+                 check_finite: bool = True) -> None:
     """All-gather a 7-integer summary per rank (phase 'meta') and raise ZenInputError on any issue."""
-    mine = local_summary(grad, shape, scheme)
+    mine = local_summary(grad, shape, scheme, check_finite)
     table = comm.all_gather_fixed(torch.tensor(mine, dtype=torch.int64, device=comm.device)).cpu().tolist()
     problems = []
     for r, row in enumerate(table):

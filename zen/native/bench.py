@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from zen import encoding, hashing, native
+from zen.grad import LocalGrad
 from zen.rows import put_rows
-from zen.types import LocalGrad
 
 PAPER_NUMEL = 214_000_000  # DeepFM embedding gradient (section 6)
 PAPER_DENSITY = 0.052
