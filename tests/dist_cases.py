@@ -68,31 +68,6 @@ def dead_peer(scheme: str, timeout_s: float) -> str:
     return "no error"
 
 
-def ddp_train(scheme: str, steps: int) -> list[float]:
-    """A tiny embedding model trained with DDP + the Zen hook; returns the loss per step."""
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Embedding(500, 8), nn.Flatten(), nn.Linear(8 * 4, 1))
-    ddp = DDP(model)
-    ddp.register_comm_hook(zen.ZenHookState(scheme=scheme), zen.ddp_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(dist.get_rank())
-    losses = []
-    for _ in range(steps):
-        ids = torch.randint(0, 50, (16, 4), generator=g)
-        target = ids.float().mean(1, keepdim=True) / 50
-        loss = ((ddp(ids) - target) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        t = loss.detach().clone()
-        dist.all_reduce(t)
-        losses.append(t.item())
-    return losses
-
-
 def gloo_loop() -> str:
     """This rank's gloo event-loop policy, as zen.launch left it."""
     from zen.launch import gloo_loop_policy

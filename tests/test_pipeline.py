@@ -100,9 +100,10 @@ def test_bench_aggregation_flattens_phases_and_pull(tmp_path):
 def test_train_aggregation(tmp_path):
     report_json = {"config": {"workload": "lstm", "preset": "tiny", "world_size": 2, "steps": 3, "warmup": 1,
                               "backend": "gloo", "device": "cpu"},
-                   "runs": [{"scheme": s, "summary": {"samples_per_s": 100.0 * (i + 1), "iters_per_s": 1.0,
-                                                      "iter_s_median": 0.1, "hook_s_median": 0.05 / (i + 1),
-                                                      "compute_s_median": 0.05, "final_loss": 1.0},
+                   "runs": [{"scheme": s, "summary": {"samples_per_s": 100.0 * (i + 1), "samples_per_s_p25": 90.0,
+                                                      "samples_per_s_p75": 110.0, "iter_s_median": 0.1,
+                                                      "iter_s_p25": 0.09, "iter_s_p75": 0.11,
+                                                      "comm_busy_s_median": 0.05 / (i + 1), "final_loss": 1.0},
                              "steps": {"loss": [3.0, 2.0, 1.0], "iter_s": [0.1, 0.1, 0.1]}}
                             for i, s in enumerate(["allreduce", "zen"])]}
     path = tmp_path / "n2.json"

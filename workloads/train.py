@@ -1,45 +1,37 @@
 """`zen train`: data-parallel training of a workload under DDP with a Zen communication hook.
 
-Routing (paper §5 step 1): only the embedding gradients (`Workload.sparse_params`) take the chosen
-scheme; every other gradient goes through dense allreduce. DDP decides the buckets (and rebuilds them
-after iteration 1), so instead of trying to isolate the embeddings in buckets of their own, the hook
-splits every bucket into parts (`EmbeddingRouter`): each embedding parameter is one part synchronized
-as rows of its table (COO over the first dim, so one index per row, not per element), and each run of
-other parameters between them is one contiguous dense allreduce. Parameters of nn.Embedding(sparse=True)
-have sparse COO gradients, which DDP always puts alone in a bucket; that bucket goes through the scheme
-whole and the hook hands DDP back a COO tensor (DDP copy_()s the result into the sparse .grad).
+Routing (paper §5 step 1) is the library's: `ZenHookState(sparse_params=...)` sends the workload's
+embedding gradients (`Workload.sparse_params`) through the chosen scheme as table rows and every other
+gradient through dense allreduce, asynchronously while backward goes on (zen/ddp).
 
 Pseudo-schemes: `none` registers DDP's no-op hook (no communication: compute-only headroom, ranks
 drift apart), `ddp` registers no hook at all (DDP's built-in allreduce, the default people run).
 Beware `ddp` with nn.Embedding(sparse=True): DDP divides each COO gradient in place by the world size
 (Reducer::mark_variable_ready_sparse) while gloo reduces it, and two such gradients may share their
 values tensor (embeddings whose outputs are summed): their averages come out wrong and racy (torch 2.13).
-Several schemes may run back to back in one launch (`--scheme none,allreduce,zen`): every run starts
-from the same seed, so loss curves are comparable step by step, and `comm_s_vs_nocomm` is filled in.
 
-Time per iteration excludes fetching the batch (synthetic data generation is not the workload's cost);
-`hook_s` is the time spent inside the comm hook (on gloo the collectives block there), `compute_s` the
-rest. Throughput = iterations/s x local batch x workers over the steps after `--warmup`.
+Several schemes run in one launch (`--scheme none,allreduce,zen`), each with its own model, optimizer and
+data stream from the same seed, so loss curves compare step by step. Their steps are interleaved (step 1
+of every scheme, then step 2, ...; `--no-interleave` trains one after the other, which needs one model's
+memory instead of all), so a drift of the machine's speed hits every scheme alike and ratios within one
+run hold still. Times are medians with their 25th-75th percentile range; throughput comes from the same
+median. `comm_busy_s` is how long the hook's communication was in flight per step (overlapping backward
+or not); with `none` in the run, `comm_exposed_s` is a scheme's step time minus the no-communication step
+time: the communication the step actually waits for.
 
-Launch: `zen train ... --world-size N` spawns N local gloo ranks (zen.launch.spawn);
-`torchrun --nproc-per-node 8 -m workloads.train ...` (RANK/WORLD_SIZE set) runs one rank per process,
-NCCL on cuda:LOCAL_RANK when CUDA is available. Rank 0 writes one JSON (atomically) and logs to wandb.
-(No `from __future__ import annotations`: DDP checks the hook's annotations against real classes.)
+Time per iteration excludes fetching the batch (synthetic data generation is not the workload's cost).
+Launch: `zen train ... --world-size N` spawns N local gloo ranks (zen.launch.spawn) and shows rank 0's
+progress; `torchrun --nproc-per-node 8 -m workloads.train ...` (RANK/WORLD_SIZE set) runs one rank per
+process, NCCL on cuda:LOCAL_RANK when CUDA is available. Rank 0 writes one JSON (atomically) and logs to wandb.
 """
 
 import argparse
 import importlib
-import importlib.metadata
-import json
 import logging
-import math
 import os
-import platform
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,15 +44,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 import zen
 from workloads.base import PRESETS, Workload, build_workload, workload_names
-from zen.ddp_hook import Part, ZenHookState, ddp_hook
-from zen.registry import make_scheme
+from workloads.records import STEP_FIELDS, Step, across_ranks, exposed_comm, summarize
+from zen.ddp import ZenHookState, ddp_hook
+from zen.provenance import git, versions, write_json
 
 log = logging.getLogger(__name__)
 
 NO_COMM = "none"  # DDP's no-op hook: headroom without communication
 NATIVE = "ddp"  # no comm hook: DDP's built-in allreduce
-DENSE = "allreduce"  # what every non-embedding gradient goes through
-REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -73,7 +64,10 @@ class TrainConfig:
     warmup: int = 3
     seed: int = 0
     bucket_cap_mb: float | None = None
-    validate: bool = True
+    check_every: int = 1  # the hook's cross-rank input check every k-th step; 0 never
+    asynchronous: bool = True  # the hook overlaps communication with backward
+    interleave: bool = True  # one step of every scheme in turn (else one scheme after the other)
+    log_every: int = 0  # progress line every k steps on rank 0; 0: about ten lines per run
     find_unused_parameters: bool = False
     backend: str = "gloo"
     out: str = ""
@@ -84,85 +78,23 @@ class TrainConfig:
     bandwidth: str | None = None  # emulated per-node link rate (zen/netem.py); None = loopback
 
 
-# ---------------------------------------------------------------- the hook
-
-
-class EmbeddingRouter:
-    """ZenHookState.route: embedding parameters through `scheme` as table rows, the rest dense.
-
-    Depends only on which parameters a bucket holds, which DDP keeps identical on all ranks."""
-
-    def __init__(self, scheme: str, sparse_params: list[nn.Parameter]):
-        self.scheme = scheme
-        self.sparse = {p.data_ptr() for p in sparse_params}
-        self.rows = bool(getattr(make_scheme(scheme), "sparse_input", True))
-        self.kinds: list[bool] = []  # per part of the current step: is it an embedding?
-        self.last_kinds: list[bool] = []
-
-    def __call__(self, bucket: dist.GradBucket) -> str | list[Part]:
-        buffer = bucket.buffer()
-        params = bucket.parameters()
-        if buffer.layout != torch.strided:  # a sparse COO gradient: always alone in its bucket
-            embedding = params[0].data_ptr() in self.sparse
-            routed: str | list[Part] = self.scheme if embedding else DENSE
-            self.kinds.append(embedding)
-        else:
-            split = self._split(buffer, params, bucket.gradients())
-            routed = [part for part, _ in split]
-            self.kinds.extend(embedding for _, embedding in split)
-        if bucket.is_last():
-            self.last_kinds, self.kinds = self.kinds, []
-        return routed
-
-    def _split(self, buffer: torch.Tensor, params: list[torch.Tensor],
-               grads: list[torch.Tensor]) -> list[tuple[Part, bool]]:
-        """(part, is it embedding rows) in buffer order. DDP's gradient views lie back to back in the
-        bucket, so neighbouring embedding tables of one row width form a single (rows, width) part
-        (one scheme call, like a fused table) and the parameters between them one flat dense part."""
-        parts: list[tuple[Part, bool]] = []
-        start = offset = 0
-        width: int | None = None  # row width of the pending embedding run; None: a dense run
-        for p, g in zip(params, grads, strict=True):
-            if (g.data_ptr() - buffer.data_ptr()) != offset * buffer.element_size() or not g.is_contiguous():
-                raise RuntimeError("zen train: DDP's gradient views are not back to back in the bucket")
-            p_width = math.prod(p.shape[1:]) if p.data_ptr() in self.sparse else None
-            if offset > start and p_width != width:
-                parts.append(self._part(buffer[start:offset], width))
-                start = offset
-            width = p_width
-            offset += g.numel()
-        if offset > start:
-            parts.append(self._part(buffer[start:offset], width))
-        return parts
-
-    def _part(self, flat: torch.Tensor, width: int | None) -> tuple[Part, bool]:
-        if width is None:
-            return (flat, flat, DENSE), False
-        view = flat.view(-1, width)
-        return (view.to_sparse(1) if self.rows else view, view, self.scheme), True
+# ---------------------------------------------------------------- one rank
 
 
 @dataclass
-class HookClock:
-    """State of `timed_hook`: the Zen hook state (None: no-op hook) and the seconds spent inside."""
+class Trainee:
+    """One scheme's training on this rank: its own model, DDP wrapper, hook, optimizer, data and RNG."""
 
+    scheme: str
+    work: Workload
+    ddp: DistributedDataParallel
+    optimizer: torch.optim.Optimizer
+    batches: Iterator[Any]
     state: ZenHookState | None
-    cuda: bool
-    seconds: float = 0.0
-
-
-def timed_hook(clock: HookClock, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    if clock.cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fut = noop_hook(None, bucket) if clock.state is None else ddp_hook(clock.state, bucket)
-    if clock.cuda:
-        torch.cuda.synchronize()
-    clock.seconds += time.perf_counter() - start
-    return fut
-
-
-# ---------------------------------------------------------------- one rank
+    sparse: list[nn.Parameter]
+    unused: list[str]
+    rng: torch.Tensor
+    steps: list[Step] = field(default_factory=list)
 
 
 def rank_main(config: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +105,17 @@ def rank_main(config: dict[str, Any]) -> dict[str, Any]:
         else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    runs = [_gather(train_run(cfg, scheme, device)) for scheme in cfg.schemes]
+    if cfg.interleave:
+        trainees = [setup(cfg, scheme, device) for scheme in cfg.schemes]
+        train(cfg, trainees, device)
+        runs = [_gather(t) for t in trainees]
+    else:
+        runs = []
+        for scheme in cfg.schemes:
+            trainee = setup(cfg, scheme, device)
+            train(cfg, [trainee], device)
+            runs.append(_gather(trainee))
+            del trainee
     report = _report(cfg, runs, device)
     if dist.get_rank() == 0:
         write_json(Path(cfg.out), report)
@@ -181,8 +123,8 @@ def rank_main(config: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def train_run(cfg: TrainConfig, scheme: str, device: torch.device) -> dict[str, Any]:
-    """Train `cfg.steps` steps with one scheme; returns this rank's per-step records."""
+def setup(cfg: TrainConfig, scheme: str, device: torch.device) -> Trainee:
+    """Model, DDP and hook of one scheme, from the same seed as every other scheme of the run."""
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(cfg.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
     work = build_workload(cfg.workload, cfg.preset, cfg.seed)
@@ -192,66 +134,59 @@ def train_run(cfg: TrainConfig, scheme: str, device: torch.device) -> dict[str, 
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                   bucket_cap_mb=cfg.bucket_cap_mb,
                                   find_unused_parameters=cfg.find_unused_parameters or bool(unused))
-    state, router, clock = _register_hook(ddp, scheme, sparse, cfg.validate, device)
+    state = None
+    if scheme == NO_COMM:
+        ddp.register_comm_hook(None, noop_hook)
+    elif scheme != NATIVE:
+        state = ZenHookState(scheme=scheme, sparse_params=sparse, check_every=cfg.check_every,
+                             asynchronous=cfg.asynchronous)
+        ddp.register_comm_hook(state, ddp_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=work.lr)
     torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)  # per-rank dropout streams, same for every scheme
-    batches = work.batches(rank, world, cfg.seed)
-    rec: dict[str, list] = {k: [] for k in ("loss", "iter_s", "hook_s", "compute_s", "bytes_sent",
-                                            "bytes_received", "embedding_bytes_received", "embedding_nnz",
-                                            "embedding_parts", "choice")}
-    for _ in range(cfg.steps):
-        batch = _to_device(next(batches), device)
-        _sync_device(device)
-        if clock is not None:
-            clock.seconds = 0.0
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss = work.loss(ddp, batch)
-        loss.backward()
-        optimizer.step()
-        _sync_device(device)
-        rec["iter_s"].append(time.perf_counter() - start)
-        rec["hook_s"].append(clock.seconds if clock is not None else None)
-        rec["compute_s"].append(rec["iter_s"][-1] - clock.seconds if clock is not None else None)
-        rec["loss"].append(float(loss.detach()))
-        _record_traffic(rec, scheme, state, router)
-    layouts = sorted({str(p.grad.layout) for p in sparse if p.grad is not None})
-    return {"scheme": scheme, "records": rec, "embedding_grad_layout": layouts,
-            "workload": {**_describe(work, model, sparse), "unused_parameters": unused}}
+    return Trainee(scheme, work, ddp, optimizer, work.batches(rank, world, cfg.seed), state, sparse, unused,
+                   torch.get_rng_state())
 
 
-Hooked = tuple[ZenHookState | None, EmbeddingRouter | None, HookClock | None]
+def train(cfg: TrainConfig, trainees: list[Trainee], device: torch.device) -> None:
+    """`cfg.steps` steps of every trainee, in turn; rank 0 prints progress."""
+    every = cfg.log_every or max(1, cfg.steps // 10)
+    for i in range(cfg.steps):
+        for t in trainees:
+            t.steps.append(step(t, device))
+        if dist.get_rank() == 0 and ((i + 1) % every == 0 or i + 1 == cfg.steps):
+            times = "  ".join(f"{t.scheme} {t.steps[-1].iter_s * 1e3:.0f}" for t in trainees)
+            print(f"[zen train] step {i + 1}/{cfg.steps}  ms/step: {times}  loss {trainees[-1].steps[-1].loss:.4f}",
+                  flush=True)
 
 
-def _register_hook(ddp: DistributedDataParallel, scheme: str, sparse: list[nn.Parameter], validate: bool,
-                   device: torch.device) -> Hooked:
-    if scheme == NATIVE:
-        return None, None, None
-    state = router = None
-    if scheme != NO_COMM:
-        router = EmbeddingRouter(scheme, sparse)
-        state = ZenHookState(scheme=scheme, validate=validate, route=router)
-    clock = HookClock(state, cuda=device.type == "cuda")
-    ddp.register_comm_hook(clock, timed_hook)
-    return state, router, clock
+def step(t: Trainee, device: torch.device) -> Step:
+    """One timed step (the batch is fetched before the clock starts)."""
+    batch = _to_device(next(t.batches), device)
+    torch.set_rng_state(t.rng)
+    _sync_device(device)
+    start = time.perf_counter()
+    t.optimizer.zero_grad(set_to_none=True)
+    loss = t.work.loss(t.ddp, batch)
+    loss.backward()
+    t.optimizer.step()
+    _sync_device(device)
+    elapsed = time.perf_counter() - start
+    t.rng = torch.get_rng_state()
+    return _record(t, float(loss.detach()), elapsed)
 
 
-def _record_traffic(rec: dict[str, list], scheme: str, state: ZenHookState | None,
-                    router: EmbeddingRouter | None) -> None:
-    if state is None or router is None:  # no-op hook: nothing sent; DDP's own allreduce: not counted
-        for key in ("bytes_sent", "bytes_received", "embedding_bytes_received", "embedding_nnz",
-                    "embedding_parts"):
-            rec[key].append(0 if scheme == NO_COMM else None)
-        rec["choice"].append(None)
-        return
-    stats = state.last_step_stats
-    embedded = [s for s, emb in zip(stats, router.last_kinds, strict=True) if emb]
-    rec["bytes_sent"].append(sum(s.traffic.bytes_sent for s in stats))
-    rec["bytes_received"].append(sum(s.traffic.bytes_received for s in stats))
-    rec["embedding_bytes_received"].append(sum(s.traffic.bytes_received for s in embedded))
-    rec["embedding_nnz"].append(sum(s.nnz for s in embedded))
-    rec["embedding_parts"].append(len(embedded))  # scheme calls per step for the embeddings
-    rec["choice"].append(",".join(sorted({s.choice for s in embedded if s.choice})) or None)
+def _record(t: Trainee, loss: float, elapsed: float) -> Step:
+    if t.state is None:  # no-op hook: nothing sent; DDP's own allreduce: not counted
+        zero = 0 if t.scheme == NO_COMM else None
+        return Step(loss, elapsed, zero, zero, zero, zero, zero, zero, None)
+    last = t.state.last_step
+    embedded = [s for s, sparse in zip(last.stats, last.sparse, strict=True) if sparse]
+    return Step(loss=loss, iter_s=elapsed, comm_busy_s=last.busy_s(),
+                bytes_sent=sum(s.traffic.bytes_sent for s in last.stats),
+                bytes_received=last.bytes_received(),
+                embedding_bytes_received=last.bytes_received(sparse_only=True),
+                embedding_nnz=sum(s.nnz for s in embedded), embedding_parts=len(embedded),
+                choice=",".join(sorted({s.choice for s in embedded if s.choice})) or None)
 
 
 def _sparse_params(model: nn.Module, work: Workload) -> list[nn.Parameter]:
@@ -279,11 +214,13 @@ def _unused_parameters(model: nn.Module, work: Workload, seed: int, device: torc
     return unused
 
 
-def _describe(work: Workload, model: nn.Module, sparse: list[nn.Parameter]) -> dict[str, Any]:
+def _describe(t: Trainee) -> dict[str, Any]:
+    work, model = t.work, t.ddp.module
     return {"name": work.name, "preset": work.preset, "local_batch_size": work.local_batch_size,
             "lr": work.lr, "sparse_params": list(work.sparse_params),
             "parameters": sum(p.numel() for p in model.parameters()),
-            "embedding_parameters": sum(p.numel() for p in sparse), "info": _jsonable(work.info)}
+            "embedding_parameters": sum(p.numel() for p in t.sparse), "info": _jsonable(work.info),
+            "unused_parameters": t.unused}
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -318,103 +255,39 @@ def _import_plugins(modules: list[str]) -> None:
 # ---------------------------------------------------------------- report
 
 
-def _gather(run: dict[str, Any]) -> dict[str, Any]:
+def _gather(t: Trainee) -> dict[str, Any]:
     """Every rank's records of one run, on every rank (after training: no effect on timings)."""
     per_rank: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, run["records"])
-    return {**run, "records": per_rank}
+    dist.all_gather_object(per_rank, [asdict(s) for s in t.steps])
+    layouts = sorted({str(p.grad.layout) for p in t.sparse if p.grad is not None})
+    return {"scheme": t.scheme, "records": per_rank, "embedding_grad_layout": layouts, "workload": _describe(t)}
 
 
 def _report(cfg: TrainConfig, runs: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
     config = {**asdict(cfg), "device": str(device), "workload_info": runs[0]["workload"]}
-    report = {"config": config, "versions": _versions(), "git": _git(),
+    report = {"config": config, "versions": versions(), "git": git(),
               "runs": [_summarize(cfg, run) for run in runs]}
     nocomm = next((r for r in report["runs"] if r["scheme"] == NO_COMM), None)
     for run in report["runs"]:
         if nocomm is not None:
-            run["summary"]["comm_s_vs_nocomm"] = run["summary"]["iter_s_median"] - \
-                nocomm["summary"]["iter_s_median"]
+            run["summary"].update(exposed_comm(run, nocomm))
     return report
 
 
 def _summarize(cfg: TrainConfig, run: dict[str, Any]) -> dict[str, Any]:
     ranks = run["records"]
-    steps = {key: _across(ranks, key, reduce) for key, reduce in (
-        ("loss", statistics.fmean),  # the global loss: mean of the ranks' losses
-        ("iter_s", max), ("hook_s", max), ("compute_s", max),  # a step ends when its slowest rank ends
-        ("bytes_sent", statistics.fmean), ("bytes_received", statistics.fmean),
-        ("embedding_bytes_received", statistics.fmean), ("embedding_nnz", statistics.fmean),
-        ("embedding_parts", max))}
-    steps["choice"] = list(ranks[0]["choice"])
-    timed = slice(cfg.warmup, None)
-    iters = steps["iter_s"][timed]
-    rate = len(iters) / sum(iters)
-    summary = {
-        "iter_s_median": statistics.median(iters), "iter_s_mean": statistics.fmean(iters),
-        "iter_s_max": max(iters), "hook_s_median": _median(steps["hook_s"][timed]),
-        "compute_s_median": _median(steps["compute_s"][timed]), "iters_per_s": rate,
-        "samples_per_s": rate * run["workload"]["local_batch_size"] * len(ranks),
-        "final_loss": steps["loss"][-1], "zen_choice": steps["choice"][-1],
-        **{f"{key}_per_step": _mean(steps[key][timed])
-           for key in ("bytes_sent", "bytes_received", "embedding_bytes_received", "embedding_nnz",
-                       "embedding_parts")},
-        "bytes_received_per_step_max_rank": _max([_mean(r["bytes_received"][timed]) for r in ranks]),
-    }
+    steps = across_ranks(ranks)
+    samples = run["workload"]["local_batch_size"] * len(ranks)
+    summary = summarize(steps, slice(cfg.warmup, None), samples)
     return {"scheme": run["scheme"], "embedding_grad_layout": run["embedding_grad_layout"],
             "summary": summary, "steps": steps,
-            "per_rank": {k: [r[k] for r in ranks] for k in ("loss", "iter_s", "hook_s", "bytes_received")}}
-
-
-def _across(ranks: list[dict[str, list]], key: str, reduce: Any) -> list[Any]:
-    columns = zip(*(r[key] for r in ranks), strict=True)
-    return [None if any(v is None for v in col) else reduce(col) for col in columns]
-
-
-def _median(values: list[float | None]) -> float | None:
-    return None if not values or None in values else statistics.median(values)
-
-
-def _mean(values: list[float | None]) -> float | None:
-    return None if not values or None in values else statistics.fmean(values)
-
-
-def _max(values: list[float | None]) -> float | None:
-    return None if not values or None in values else max(values)
-
-
-def _versions() -> dict[str, str | None]:
-    def version(dist_name: str) -> str | None:
-        try:
-            return importlib.metadata.version(dist_name)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "zen": zen.__version__,
-            "wandb": version("wandb"), "cuda": torch.version.cuda, "platform": platform.platform()}
-
-
-def _git() -> dict[str, Any]:
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"revision": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+            "per_rank": {k: [[s[k] for s in r] for r in ranks] for k in ("loss", "iter_s", "bytes_received")}}
 
 
 def _jsonable(value: Any) -> Any:
+    import json
+
     return json.loads(json.dumps(value, default=str))
-
-
-def write_json(path: Path, report: dict[str, Any]) -> None:
-    """Write atomically: a reader never sees a half-written file (tmp in the same folder + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        json.dump(report, tmp, indent=1)
-    os.replace(tmp.name, path)
 
 
 def log_wandb(cfg: TrainConfig, report: dict[str, Any]) -> None:
@@ -442,8 +315,7 @@ def _log_wandb(cfg: TrainConfig, report: dict[str, Any]) -> None:
                             config={**report["config"], "scheme": run["scheme"], "git": report["git"]})
         steps = run["steps"]
         for i, loss in enumerate(steps["loss"]):
-            handle.log({k: steps[k][i] for k in ("iter_s", "hook_s", "bytes_received",
-                                                 "embedding_bytes_received") if steps[k][i] is not None}
+            handle.log({k: steps[k][i] for k in STEP_FIELDS if k not in ("loss", "choice") and steps[k][i] is not None}
                        | {"loss": loss}, step=i)
         handle.summary.update({k: v for k, v in run["summary"].items() if v is not None})
         handle.finish()
@@ -465,8 +337,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps left out of the throughput (default min(3, steps // 2))")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 25)")
-    parser.add_argument("--no-validate", action="store_true",
-                        help="skip the hook's cross-rank input check (one small all-gather per part)")
+    parser.add_argument("--check-every", type=int, default=1, metavar="K",
+                        help="the hook's cross-rank input check (one small all-gather per bucket) every K-th "
+                             "step; 0: never (default 1)")
+    parser.add_argument("--sync-hook", action="store_true",
+                        help="synchronize each bucket inside the hook call (no overlap with backward; for A/B)")
+    parser.add_argument("--no-interleave", action="store_true",
+                        help="train the schemes one after the other (one model in memory) instead of a step "
+                             "of each in turn")
+    parser.add_argument("--log-every", type=int, default=0, metavar="K",
+                        help="print progress every K steps (default: about ten lines)")
     parser.add_argument("--find-unused-parameters", action="store_true")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
                         help="auto: NCCL under torchrun when CUDA is available, else gloo")
@@ -499,6 +379,8 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     warmup = min(3, args.steps // 2) if args.warmup is None else args.warmup
     if args.steps <= warmup or warmup < 0:
         raise ValueError(f"--steps ({args.steps}) must exceed --warmup ({warmup}) >= 0")
+    if args.check_every < 0 or args.log_every < 0:
+        raise ValueError("--check-every and --log-every must be >= 0")
     if args.bandwidth and torchrun:
         raise ValueError("--bandwidth emulates a cluster on one machine; under torchrun the network is real")
     if args.bandwidth:
@@ -511,7 +393,8 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     run_name = f"{args.workload}-{args.preset}-{'+'.join(schemes)}-P{world}"
     return TrainConfig(
         workload=args.workload, preset=args.preset, schemes=schemes, world_size=world, steps=args.steps,
-        warmup=warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, validate=not args.no_validate,
+        warmup=warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, check_every=args.check_every,
+        asynchronous=not args.sync_hook, interleave=not args.no_interleave, log_every=args.log_every,
         find_unused_parameters=args.find_unused_parameters, backend=backend,
         out=str(Path(args.out or Path("results", "train", f"{run_name}.json")).resolve()),
         wandb_mode=args.wandb_mode or os.environ.get("WANDB_MODE") or "offline",
@@ -560,7 +443,7 @@ def _spawn_ranks(cfg: TrainConfig) -> dict[str, Any]:
 
     def launch(**where: Any) -> dict[str, Any]:
         return spawn("workloads.train:rank_main", cfg.world_size, {"config": asdict(cfg)}, backend=cfg.backend,
-                     timeout_s=float(os.environ.get("ZEN_TRAIN_TIMEOUT_S", 3600)), **where)[0]
+                     timeout_s=float(os.environ.get("ZEN_TRAIN_TIMEOUT_S", 3600)), echo=sys.stderr, **where)[0]
 
     if not cfg.bandwidth:
         return launch()
@@ -571,15 +454,17 @@ def _spawn_ranks(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any]) -> None:
+    """Medians over the timed steps, with the 25th-75th percentile range of the step time."""
     cfg = report["config"]
-    print(f"{cfg['workload']} ({cfg['preset']}), {cfg['world_size']} x {cfg['backend']}, "
-          f"{cfg['steps']} steps ({cfg['warmup']} warm-up)")
-    print(f"{'scheme':>10} {'iter ms':>9} {'hook ms':>9} {'compute ms':>10} {'samples/s':>10} "
+    print(f"{cfg['workload']} ({cfg['preset']}), {cfg['world_size']} x {cfg['backend']} "
+          f"({cfg.get('bandwidth') or 'loopback'}), {cfg['steps']} steps ({cfg['warmup']} warm-up)")
+    print(f"{'scheme':>10} {'ms/step':>9} {'p25-p75':>15} {'samples/s':>10} {'comm busy':>10} {'exposed':>9} "
           f"{'MB recv/step':>12} {'emb MB':>8} {'final loss':>11}")
     for run in report["runs"]:
         s = run["summary"]
-        print(f"{run['scheme']:>10} {s['iter_s_median'] * 1e3:9.2f} {_ms(s['hook_s_median']):>9} "
-              f"{_ms(s.get('compute_s_median')):>10} {s['samples_per_s']:10.1f} "
+        spread = f"{s['iter_s_p25'] * 1e3:.1f}-{s['iter_s_p75'] * 1e3:.1f}"
+        print(f"{run['scheme']:>10} {s['iter_s_median'] * 1e3:9.2f} {spread:>15} {s['samples_per_s']:10.1f} "
+              f"{_ms(s['comm_busy_s_median']):>10} {_ms(s.get('comm_exposed_s')):>9} "
               f"{_mb(s['bytes_received_per_step']):>12} {_mb(s['embedding_bytes_received_per_step']):>8} "
               f"{s['final_loss']:11.6f}")
 

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from zen.comm.base import Communicator
 from zen.comm.dist import DistComm
 from zen.comm.sim import SimComm, SimGroup
-from zen.grad import to_local_grad
+from zen.grad import LocalGrad, to_local_grad
 from zen.output import make_output
 from zen.registry import Scheme, make_scheme
 from zen.types import SyncStats
@@ -35,13 +35,29 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
     tensor over the union's rows instead of a dense one (work and memory proportional to those rows).
     `validate` runs the cross-rank input check (one small all-gather); `check_finite` makes a NaN or Inf
     a ZenInputError there (else it is summed like any value, as dense allreduce does)."""
-    grad = to_local_grad(tensor, rows)
+    grad = prepare(scheme, tensor, rows)
     stats = SyncStats()
     comm.traffic = stats.traffic
-    if getattr(scheme, "sparse_input", True):
-        grad.rows()
     if validate:
         check_inputs(grad, tuple(tensor.shape), scheme.name, comm, check_finite)
+    return run(scheme, tensor, grad, comm, out, divisor, sparse_result, stats)
+
+
+def prepare(scheme: Scheme, tensor: torch.Tensor, rows: bool = False) -> LocalGrad:
+    """`tensor` as this rank's rows, the non-zero ones extracted (once) if the scheme sends rows."""
+    grad = to_local_grad(tensor, rows)
+    if getattr(scheme, "sparse_input", True):
+        grad.rows()
+    return grad
+
+
+def run(scheme: Scheme, tensor: torch.Tensor, grad: LocalGrad, comm: Communicator,
+        out: torch.Tensor | None = None, divisor: int = 1, sparse_result: bool = False,
+        stats: SyncStats | None = None) -> tuple[torch.Tensor, SyncStats]:
+    """The scheme's exchange of `grad` (from `prepare(tensor)`, checked or not); see `sync`. Bytes are
+    added to `stats` (a new one if None)."""
+    stats = stats or SyncStats()
+    comm.traffic = stats.traffic
     output = make_output(tensor, grad, out, divisor, sparse_result)
     scheme(grad, comm, output, stats)
     return output.finish(), stats

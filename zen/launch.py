@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from zen.types import ZenCommError
 
@@ -85,8 +85,9 @@ def free_port() -> int:
 def spawn(target: str, world_size: int, kwargs: dict[str, Any] | None = None, *, backend: str = "gloo",
           timeout_s: float = 600.0, pg_timeout_s: float = 120.0, master_addr: str = "127.0.0.1",
           wrap: Callable[[int], list[str]] | None = None,
-          env: Callable[[int], dict[str, str]] | None = None) -> list[Any]:
-    """Run `target` ("pkg.module:function") on `world_size` ranks; returns each rank's result."""
+          env: Callable[[int], dict[str, str]] | None = None, echo: TextIO | None = None) -> list[Any]:
+    """Run `target` ("pkg.module:function") on `world_size` ranks; returns each rank's result. `echo`
+    receives rank 0's output as it comes (progress of a long run), besides its log."""
     port = free_port() if master_addr == "127.0.0.1" else 29500 + os.getpid() % 1000
     with tempfile.TemporaryDirectory(prefix="zen-launch-") as tmp:
         args_file = Path(tmp, "kwargs.pkl")
@@ -101,15 +102,46 @@ def spawn(target: str, world_size: int, kwargs: dict[str, Any] | None = None, *,
                    "--backend", backend, "--pg-timeout", str(pg_timeout_s)]
             log = open(Path(tmp, f"rank{rank}.log"), "w+b")  # noqa: SIM115 - closed below
             procs.append((subprocess.Popen(cmd, env=rank_env, stdout=log, stderr=subprocess.STDOUT), log))
-        _wait_all(procs, timeout_s)
+        with _Tail(Path(tmp, "rank0.log"), echo) as tail:
+            _wait_all(procs, timeout_s, tail.pump)
         return [pickle.loads(Path(tmp, f"rank{r}.pkl").read_bytes()) for r in range(world_size)]
 
 
-def _wait_all(procs: list[tuple[subprocess.Popen, Any]], timeout_s: float) -> None:
+class _Tail:
+    """Copies what is appended to a file to a stream (nothing without one)."""
+
+    def __init__(self, path: Path, stream: TextIO | None):
+        self.path, self.stream, self.offset = path, stream, 0
+
+    def __enter__(self) -> _Tail:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pump()
+
+    def pump(self) -> None:
+        if self.stream is None:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return
+        end = chunk.rfind(b"\n") + 1  # whole lines only
+        if end:
+            self.offset += end
+            self.stream.write(chunk[:end].decode(errors="replace"))
+            self.stream.flush()
+
+
+def _wait_all(procs: list[tuple[subprocess.Popen, Any]], timeout_s: float,
+              pump: Callable[[], None] = lambda: None) -> None:
     deadline = time.monotonic() + timeout_s
     failed: list[int] = []
     try:
         while any(p.poll() is None for p, _ in procs):
+            pump()
             failed = [r for r, (p, _) in enumerate(procs) if p.returncode not in (None, 0)]
             if failed or time.monotonic() > deadline:
                 break

@@ -27,16 +27,32 @@ def all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum(dtype=wide))) or bool(torch.isfinite(t).all())
 
 
-def local_summary(grad: LocalGrad, shape: tuple[int, ...], scheme: str, check_finite: bool = True) -> list[int]:
-    finite = not check_finite or all_finite(grad.values if grad.indices is not None else grad.dense)
-    return [_code(str(grad.dtype)), grad.num_rows, grad.row_width, _code(str(tuple(shape))),
-            _code(scheme), int(not finite), int(grad.bad_index)]
+Part = tuple[LocalGrad, tuple[int, ...], str]  # (one tensor's rows, its shape, the scheme syncing it)
 
 
-def check_inputs(grad: LocalGrad, shape: tuple[int, ...], scheme: str, comm: Communicator,
-                 check_finite: bool = True) -> None:
-    """All-gather a 7-integer summary per rank (phase 'meta') and raise ZenInputError on any issue."""
-    mine = local_summary(grad, shape, scheme, check_finite)
+def _describe(name: str, part: Part) -> str:
+    grad, shape, scheme = part
+    return {"dtype": str(grad.dtype), "rows": str(grad.num_rows), "row_width": str(grad.row_width),
+            "shape": str(tuple(shape)), "scheme": scheme}[name]
+
+
+def _describe_all(name: str, parts: list[Part]) -> str:
+    return "; ".join(_describe(name, part) for part in parts)
+
+
+def local_summary(parts: list[Part], check_finite: bool = True) -> list[int]:
+    """7 integers saying what this rank is about to sync: a code per descriptive field (over every part),
+    then whether any part holds a NaN / Inf (only with `check_finite`) or an out-of-range sparse index."""
+    non_finite = check_finite and not all(
+        all_finite(grad.values if grad.indices is not None else grad.dense) for grad, _, _ in parts)
+    return [*(_code(_describe_all(name, parts)) for name in FIELDS[:5]), int(non_finite),
+            int(any(grad.bad_index for grad, _, _ in parts))]
+
+
+def check_parts(parts: list[Part], comm: Communicator, check_finite: bool = True) -> None:
+    """One check for several tensors synced back to back (a DDP bucket's parts): all-gather a 7-integer
+    summary per rank (phase 'meta') and raise ZenInputError on every rank on any issue."""
+    mine = local_summary(parts, check_finite)
     table = comm.all_gather_fixed(torch.tensor(mine, dtype=torch.int64, device=comm.device)).cpu().tolist()
     problems = []
     for r, row in enumerate(table):
@@ -49,11 +65,12 @@ def check_inputs(grad: LocalGrad, shape: tuple[int, ...], scheme: str, comm: Com
         if len(values) > 1:
             odd = [r for r, row in enumerate(table) if row[f] != table[0][f]]
             problems.append(f"{name} differs across ranks (ranks {odd} disagree with rank 0; "
-                            f"this rank {comm.rank} has {_describe(name, grad, shape, scheme)})")
+                            f"this rank {comm.rank} has {_describe_all(name, parts)})")
     if problems:
         raise ZenInputError(f"zen: bad input on rank {comm.rank}: " + "; ".join(problems))
 
 
-def _describe(name: str, grad: LocalGrad, shape: tuple[int, ...], scheme: str) -> str:
-    return {"dtype": str(grad.dtype), "rows": str(grad.num_rows), "row_width": str(grad.row_width),
-            "shape": str(tuple(shape)), "scheme": scheme}[name]
+def check_inputs(grad: LocalGrad, shape: tuple[int, ...], scheme: str, comm: Communicator,
+                 check_finite: bool = True) -> None:
+    """`check_parts` of one tensor."""
+    check_parts([(grad, shape, scheme)], comm, check_finite)

@@ -71,6 +71,24 @@ def kernels_frame(paths: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _ms(value: float | None) -> float | None:
+    return None if value is None else 1e3 * value
+
+
+def _times(s: dict) -> dict:
+    """A run's times in ms with their spreads; `comm_ms` is the exposed communication (step time minus the
+    no-communication step time) where the run had `none`, else the busy time of the hook's communication."""
+    exposed = s.get("comm_exposed_s")
+    comm = {"comm_ms": _ms(exposed), "comm_ms_lo": _ms(s.get("comm_exposed_s_lo")),
+            "comm_ms_hi": _ms(s.get("comm_exposed_s_hi"))} if exposed is not None else \
+        {"comm_ms": _ms(s.get("comm_busy_s_median")), "comm_ms_lo": _ms(s.get("comm_busy_s_p25")),
+         "comm_ms_hi": _ms(s.get("comm_busy_s_p75"))}
+    return {"samples_per_s": s["samples_per_s"], "samples_per_s_lo": s["samples_per_s_p25"],
+            "samples_per_s_hi": s["samples_per_s_p75"], "iter_ms": _ms(s["iter_s_median"]),
+            "iter_ms_lo": _ms(s["iter_s_p25"]), "iter_ms_hi": _ms(s["iter_s_p75"]),
+            "comm_busy_ms": _ms(s.get("comm_busy_s_median")), **comm}
+
+
 def train_frames(paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per (workload, scheme, world size) run, and one per step (loss curves)."""
     runs, steps = [], []
@@ -82,9 +100,7 @@ def train_frames(paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
             s = run["summary"]
             runs.append({**key, "scheme": run["scheme"], "backend": cfg.get("backend"), "device": cfg.get("device"),
                          "bandwidth": cfg.get("bandwidth") or "loopback", "steps": cfg["steps"],
-                         "warmup": cfg["warmup"], "samples_per_s": s["samples_per_s"],
-                         "iters_per_s": s["iters_per_s"], "iter_ms": 1e3 * s["iter_s_median"],
-                         "hook_ms": 1e3 * s["hook_s_median"], "compute_ms": 1e3 * s["compute_s_median"],
+                         "warmup": cfg["warmup"], **_times(s),
                          "bytes_received_per_step": s.get("bytes_received_per_step"),
                          "embedding_bytes_received_per_step": s.get("embedding_bytes_received_per_step"),
                          "final_loss": s["final_loss"], "zen_choice": s.get("zen_choice"), "source": p})

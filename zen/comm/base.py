@@ -79,6 +79,13 @@ class Communicator(ABC):
     @abstractmethod
     def _all_reduce(self, tensor: torch.Tensor) -> None: ...
 
+    def _all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
+        """A sum that completes later; backends that cannot overlap complete it before returning."""
+        self._all_reduce(tensor)
+        done: torch.futures.Future = torch.futures.Future()
+        done.set_result(tensor)
+        return done
+
     @abstractmethod
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Equal-size all-gather: returns a (world_size, *tensor.shape) tensor."""
@@ -115,6 +122,24 @@ class Communicator(ABC):
             self._guard("all_reduce", phase, lambda: self._all_reduce(tensor))
             self.traffic.add(phase, nbytes, nbytes)
         return tensor
+
+    def all_reduce_async(self, tensor: torch.Tensor, phase: str) -> torch.futures.Future[torch.Tensor]:
+        """`all_reduce` that returns at once; the future completes with `tensor` summed, or raises
+        ZenCommError. Bytes are counted when it is issued (they do not depend on the outcome)."""
+        if self.world_size == 1:
+            done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+            done.set_result(tensor)
+            return done
+        own = ring_chunk(tensor.numel(), self.world_size, self.rank)
+        nbytes = 2 * (tensor.numel() - own) * tensor.element_size()
+        pending = self._guard("all_reduce", phase, lambda: self._all_reduce_async(tensor))
+        self.traffic.add(phase, nbytes, nbytes)
+
+        def settle(fut: torch.futures.Future) -> torch.Tensor:
+            self._guard("all_reduce", phase, fut.value)
+            return tensor
+
+        return pending.then(settle)
 
     def all_gather_fixed(self, tensor: torch.Tensor, phase: str = META) -> torch.Tensor:
         """All-gather of a small tensor whose shape is identical on every rank."""

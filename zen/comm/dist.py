@@ -39,6 +39,10 @@ class DistComm(Communicator):
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         self._wait(dist.all_reduce(tensor, group=self.group, async_op=True))
 
+    def _all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
+        # no wait here: the group's own timeout (set when it was created) fails the future
+        return dist.all_reduce(tensor, group=self.group, async_op=True).get_future()
+
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         outs = [torch.empty_like(tensor) for _ in range(self.world_size)]
         self._wait(dist.all_gather(outs, tensor.contiguous(), group=self.group, async_op=True))

@@ -1,0 +1,95 @@
+"""The DDP hook on real gloo ranks: asynchronous and routed (embedding rows through the scheme, the rest
+dense), it trains exactly like DDP's own allreduce under DDP's options, and fails loudly on every rank."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zen
+from zen.ddp import StepRecord, ZenHookState
+from zen.launch import spawn
+
+TOLERANCE = 1e-5
+SCHEMES = zen.schemes()
+
+
+def _close(a: list[float], b: list[float]) -> bool:
+    return all(abs(x - y) <= TOLERANCE * max(1.0, abs(y)) for x, y in zip(a, b, strict=True))
+
+
+def _run(P: int, cases: list[dict]) -> list[list[dict]]:
+    """Per case, every rank's result; parameters must agree across ranks."""
+    per_rank = spawn("tests.ddp_cases:variants", P, {"cases": cases}, timeout_s=600)
+    results = list(zip(*per_rank, strict=True))
+    for case, ranks in zip(cases, results, strict=True):
+        assert len({r["checksum"] for r in ranks}) == 1, f"{case}: parameters differ across ranks"
+    return [list(r) for r in results]
+
+
+@pytest.mark.parametrize("P", [1, 3, 4])
+def test_every_scheme_trains_like_ddp_allreduce(P: int) -> None:
+    """Dense and sparse (COO) embeddings, every scheme, async and in the hook call: DDP's loss curve."""
+    cases = [{"scheme": "ddp"}]
+    cases += [{"scheme": s, "sparse": sp} for s in SCHEMES for sp in (False, True)]
+    cases += [{"scheme": "zen", "hook": {"asynchronous": False}}, {"scheme": "zen", "hook": {"check_every": 0}}]
+    results = _run(P, cases)
+    reference = results[0][0]["losses"]
+    assert reference[-1] < reference[0]
+    for case, ranks in zip(cases[1:], results[1:], strict=True):
+        assert _close(ranks[0]["losses"], reference), case
+
+
+def test_ddp_options_keep_the_hook_lossless() -> None:
+    """gradient_as_bucket_view, static_graph, no_sync accumulation and find_unused_parameters: each as DDP's
+    own allreduce does it, for dense and sparse embeddings."""
+    options = [({"ddp": {"gradient_as_bucket_view": True}}), ({"ddp": {"static_graph": True}}),
+               ({"accumulate": 3}), ({"ddp": {"find_unused_parameters": True}, "branch": True}),
+               ({"ddp": {"bucket_cap_mb": 0.001}})]
+    cases = []
+    for extra in options:
+        cases.append({"scheme": "ddp", **extra})
+        cases += [{"scheme": s, "sparse": sp, **extra} for s in ("zen", "agsparse") for sp in (False, True)]
+    results = _run(3, cases)
+    reference = None
+    for case, ranks in zip(cases, results, strict=True):
+        if case["scheme"] == "ddp":
+            reference = ranks[0]["losses"]
+            continue
+        assert reference is not None and _close(ranks[0]["losses"], reference), case
+
+
+@pytest.mark.parametrize(("kind", "expect"), [("nan", "non-finite"), ("frozen", "ZenCommError")])
+def test_failures_reach_every_rank_through_the_futures(kind: str, expect: str) -> None:
+    """A NaN with nonfinite="raise" is a ZenInputError on every rank; a frozen peer makes the others' backward
+    raise ZenCommError after the hook's timeout, not hang."""
+    out = spawn("tests.ddp_cases:failing_step", 3, {"kind": kind, "timeout_s": 3.0}, timeout_s=120)
+    waiting = [0, 2] if kind == "frozen" else [0, 1, 2]
+    for r in waiting:
+        assert expect in out[r], (r, out[r])
+        if kind == "frozen":
+            assert float(out[r].split(" after ")[1].split("s")[0]) < 20, out[r]
+
+
+def test_nonfinite_values_pass_by_default() -> None:
+    """As DDP's allreduce: an Inf on one rank reaches every rank's gradient (GradScaler skips the step)."""
+    assert spawn("tests.ddp_cases:failing_step", 2, {"kind": "inf_passes"}, timeout_s=120) == ["passed", "passed"]
+
+
+def test_hook_state_checks_its_settings() -> None:
+    with pytest.raises(zen.ZenInputError, match="unknown scheme"):
+        ZenHookState(scheme="nope")
+    with pytest.raises(zen.ZenInputError, match="nonfinite"):
+        ZenHookState(nonfinite="ignore")
+    with pytest.raises(zen.ZenInputError, match="check_every"):
+        ZenHookState(check_every=-1)
+    with pytest.raises(zen.ZenInputError, match="timeout_s"):
+        ZenHookState(timeout_s=0)
+    state = ZenHookState(timeout_s=5.0, sparse_params=torch.nn.Embedding(3, 2))
+    assert state.__getstate__()["_comm"] is None
+
+
+def test_step_record_busy_time_is_the_union_of_spans() -> None:
+    rec = StepRecord(spans=[(0.0, 1.0), (0.5, 2.0), (3.0, 4.0), (3.5, 3.6)])
+    assert rec.busy_s() == pytest.approx(3.0)
+    assert StepRecord().busy_s() == 0.0

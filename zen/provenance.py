@@ -1,0 +1,61 @@
+"""Where a result came from, and how it is written: versions, git revision, atomic files.
+
+Every run's output carries `versions()` and `git()`, and is written with `write_atomic`, so a reader (the
+pipeline, a plot) never sees a half-written file and can always say which code made it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write to a temporary file in the same folder, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        tmp.write(data)
+    os.replace(tmp.name, path)
+
+
+def write_json(path: str | Path, obj: Any, indent: int | None = 1) -> None:
+    write_atomic(path, json.dumps(obj, indent=indent, default=str))
+
+
+def version(dist_name: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    from zen import __version__
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "zen": __version__,
+            "wandb": version("wandb"), "cuda": torch.version.cuda, "platform": platform.platform()}
+
+
+def git() -> dict[str, Any]:
+    """The checkout's revision and whether tracked files differ from it (None outside a git checkout)."""
+    def run(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = run("status", "--porcelain", "--untracked-files=no")
+    return {"revision": run("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
