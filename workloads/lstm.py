@@ -2,14 +2,20 @@
 per-GPU embedding-gradient density 1.13% at batch 128).
 
 One Billion Word is not available offline, so the text is the Penn Treebank and/or BBC News
-(workloads/corpora.py) with a frequency-sorted word vocabulary. The input embedding is the sparse
-parameter; the softmax layer over the corpus vocabulary is dense. The paper preset keeps the size
-of the One Billion Word vocabulary (793,471 rows, 406M embedding parameters): only the corpus' word
-types can ever be hit, so its per-GPU density stays below the paper's.
+(workloads/corpora.py) with a frequency-sorted word vocabulary. The input embedding is a sparse
+parameter. The output layer is a full softmax over the corpus vocabulary (dense), or, as large-vocabulary
+LMs on One Billion Word are trained, a sampled softmax (`samples` > 0): each step scores the targets
+against `samples` negatives drawn log-uniformly (frequent words more often; the vocabulary is sorted by
+frequency), so the output embedding's gradient only has the rows of the targets and the samples and is
+sparse too. Tables larger than the vocabulary (`embedding_rows`) keep rows that are never hit, as the
+paper's One Billion Word vocabulary is larger than our corpus: that sets the per-GPU density.
+The `scaled` preset is the paper's model scaled down to the emulated cluster with its balance kept
+(communication ~80% of an AllReduce step at 4 x 1 Gbit/s; density ~1%; see docs and results/README.md).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,6 +42,7 @@ class LSTMPreset:
     seq_len: int
     batch_size: int
     lr: float
+    samples: int = 0  # sampled softmax with this many negatives per step; 0 = full softmax
 
 
 PRESETS = {
@@ -43,6 +50,10 @@ PRESETS = {
                        hidden=32, layers=1, proj=0, seq_len=16, batch_size=4, lr=1.0),
     "small": LSTMPreset(corpora=("ptb", "bbc"), sentence_limit=None, embedding_rows=None, embedding_dim=128,
                         hidden=64, layers=1, proj=0, seq_len=35, batch_size=24, lr=1.0),
+    # the paper's LSTM scaled to 4 x 1 Gbit/s: 100k-row tables in and out (~1% of the rows per step), LSTMP
+    # 256 -> 128, a sampled softmax with 512 negatives; ~26M parameters, almost all in the two tables
+    "scaled": LSTMPreset(corpora=("ptb", "bbc"), sentence_limit=None, embedding_rows=100_000, embedding_dim=128,
+                         hidden=256, layers=1, proj=128, seq_len=20, batch_size=64, lr=0.5, samples=512),
     # One Billion Word sizes: 793,471-word embedding of width 512, LSTMP 2048 -> 512, 20 steps, batch 128
     "paper": LSTMPreset(corpora=("ptb", "bbc"), sentence_limit=None, embedding_rows=LM1B_VOCAB,
                         embedding_dim=512, hidden=2048, layers=1, proj=512, seq_len=20, batch_size=128,
@@ -50,25 +61,61 @@ PRESETS = {
 }
 
 
-class LSTMLanguageModel(nn.Module):
-    """Embedding -> LSTM(P) -> full softmax over the corpus vocabulary (untied, so the embedding
-    gradient only has the rows of the batch's words)."""
+class SampledSoftmax(nn.Module):
+    """Softmax over `rows` output embeddings, estimated from the targets and `samples` shared negatives drawn
+    log-uniformly over the first `vocab` ids (P(k) ~ log((k+2)/(k+1))), with the usual log-q correction and
+    accidental hits removed. Output embedding and bias are tables whose gradients touch only those rows."""
 
-    def __init__(self, rows: int, vocab: int, dim: int, hidden: int, layers: int, proj: int):
+    def __init__(self, rows: int, dim: int, vocab: int, samples: int):
+        super().__init__()
+        self.weight = nn.Embedding(rows, dim)
+        self.bias = nn.Embedding(rows, 1)
+        nn.init.zeros_(self.bias.weight)
+        self.vocab, self.samples = vocab, samples
+
+    def log_q(self, ids: torch.Tensor) -> torch.Tensor:
+        """log of the expected count of `ids` among the samples."""
+        k = ids.double()
+        p = torch.log((k + 2) / (k + 1)) / math.log(self.vocab + 1)
+        return torch.log(-torch.expm1(self.samples * torch.log1p(-p))).float()
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        u = torch.rand(self.samples, dtype=torch.float64)
+        noise = (torch.exp(u * math.log(self.vocab + 1)).long() - 1).clamp(0, self.vocab - 1)
+        ids = torch.cat([targets, noise])  # one lookup per table: one (dense) table gradient, not two to add
+        w, b = self.weight(ids), self.bias(ids).squeeze(-1) - self.log_q(ids)
+        n = targets.numel()
+        true_logit = (hidden * w[:n]).sum(-1) + b[:n]
+        noise_logit = hidden @ w[n:].t() + b[n:]
+        noise_logit = noise_logit.masked_fill(targets.unsqueeze(1) == noise.unsqueeze(0), float("-inf"))
+        logits = torch.cat([true_logit.unsqueeze(1), noise_logit], dim=1)
+        return F.cross_entropy(logits, torch.zeros_like(targets))
+
+
+class LSTMLanguageModel(nn.Module):
+    """Embedding -> LSTM(P) -> softmax over the corpus vocabulary (full, or sampled), untied, so the
+    embedding gradient only has the rows of the batch's words. forward(inputs, targets) -> the loss."""
+
+    def __init__(self, rows: int, vocab: int, dim: int, hidden: int, layers: int, proj: int, samples: int = 0):
         super().__init__()
         self.embedding = nn.Embedding(rows, dim)
         self.lstm = nn.LSTM(dim, hidden, layers, batch_first=True, proj_size=proj)
-        self.decoder = nn.Linear(proj or hidden, vocab)
+        out = proj or hidden
+        self.sampled = SampledSoftmax(rows, out, vocab, samples) if samples else None
+        self.decoder = None if samples else nn.Linear(out, vocab)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(self.embedding(tokens))
-        return self.decoder(out)
+        out = out.reshape(-1, out.shape[-1])
+        if self.sampled is not None:
+            return self.sampled(out, targets.reshape(-1))
+        assert self.decoder is not None
+        return F.cross_entropy(self.decoder(out), targets.reshape(-1))
 
 
 def lm_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     tokens = batch["tokens"]
-    logits = model(tokens[:, :-1])
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    return model(tokens[:, :-1], tokens[:, 1:])
 
 
 @register_workload("lstm")
@@ -78,7 +125,8 @@ def build(preset: str, seed: int) -> Workload:
     rows = max(cfg.embedding_rows or 0, len(vocab))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = LSTMLanguageModel(rows, len(vocab), cfg.embedding_dim, cfg.hidden, cfg.layers, cfg.proj)
+        model = LSTMLanguageModel(rows, len(vocab), cfg.embedding_dim, cfg.hidden, cfg.layers, cfg.proj,
+                                  cfg.samples)
 
     def batches(rank: int, world_size: int, data_seed: int) -> Iterator[dict[str, torch.Tensor]]:
         for tokens in window_batches(stream, cfg.seq_len + 1, cfg.batch_size, rank, world_size, data_seed):
@@ -86,7 +134,8 @@ def build(preset: str, seed: int) -> Workload:
 
     return Workload(
         name="lstm", preset=preset, model=model, batches=batches, loss=lm_loss,
-        sparse_params=["embedding.weight"], local_batch_size=cfg.batch_size, lr=cfg.lr,
+        sparse_params=["embedding.weight", *(["sampled.weight.weight", "sampled.bias.weight"] if cfg.samples else [])],
+        local_batch_size=cfg.batch_size, lr=cfg.lr,
         info={"config": config_dict(cfg), "vocab_size": len(vocab), "embedding_rows": rows,
               "train_tokens": stream.numel(), "paper": {"density": 0.0113, "batch": 128, "params": 406e6}},
     )

@@ -64,6 +64,7 @@ class TrainConfig:
     warmup: int = 3
     seed: int = 0
     bucket_cap_mb: float | None = None
+    bucket_view: bool = True  # DDP's gradient_as_bucket_view: grads live in the buckets (no copy, less memory)
     check_every: int = 1  # the hook's cross-rank input check every k-th step; 0 never
     asynchronous: bool = True  # the hook overlaps communication with backward
     interleave: bool = True  # one step of every scheme in turn (else one scheme after the other)
@@ -132,7 +133,7 @@ def setup(cfg: TrainConfig, scheme: str, device: torch.device) -> Trainee:
     sparse = _sparse_params(model, work)
     unused = _unused_parameters(model, work, cfg.seed, device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                  bucket_cap_mb=cfg.bucket_cap_mb,
+                                  bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=cfg.bucket_view,
                                   find_unused_parameters=cfg.find_unused_parameters or bool(unused))
     state = None
     if scheme == NO_COMM:
@@ -337,6 +338,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps left out of the throughput (default min(3, steps // 2))")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 25)")
+    parser.add_argument("--no-bucket-view", action="store_true",
+                        help="DDP copies gradients into its buckets (gradient_as_bucket_view=False)")
     parser.add_argument("--check-every", type=int, default=1, metavar="K",
                         help="the hook's cross-rank input check (one small all-gather per bucket) every K-th "
                              "step; 0: never (default 1)")
@@ -393,7 +396,8 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     run_name = f"{args.workload}-{args.preset}-{'+'.join(schemes)}-P{world}"
     return TrainConfig(
         workload=args.workload, preset=args.preset, schemes=schemes, world_size=world, steps=args.steps,
-        warmup=warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, check_every=args.check_every,
+        warmup=warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, bucket_view=not args.no_bucket_view,
+        check_every=args.check_every,
         asynchronous=not args.sync_hook, interleave=not args.no_interleave, log_every=args.log_every,
         find_unused_parameters=args.find_unused_parameters, backend=backend,
         out=str(Path(args.out or Path("results", "train", f"{run_name}.json")).resolve()),

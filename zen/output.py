@@ -92,18 +92,39 @@ class DenseOutput(Output):
             add_rows(self.out, index, values)  # == put_rows on zeros (0 + v is v for v != 0), and faster on CPU
 
     def write(self, sets: list[RowSet], disjoint: bool = False) -> None:
-        """The native pass streams the whole output out once without reading it: cheaper than zeroing it
-        and scattering the rows, and even than scattering the rows alone (in place); it also divides on
-        the way where it can, saving a pass over the output. In place `out` may hold, besides our input
-        rows, rows of the sets (a scheme may have summed some there already)."""
-        if native.fill_sum(self.out, sets, self.divisor):
+        """In place and when the rows touched are a small part of the output (a table's gradient), only
+        those rows are written. Otherwise the native pass streams the whole output out once without reading
+        it: cheaper than zeroing it and scattering the rows, and even than scattering the rows alone (in
+        place, at a bucket's flat 1% density); it also divides on the way where it can, saving a pass
+        over the output. In place `out` may hold, besides our input rows, rows of the sets (a scheme may
+        have summed some there already)."""
+        if self.in_place and self._few_rows(sets):
+            self._scatter(sets, divide=True)
+        elif native.fill_sum(self.out, sets, self.divisor):
             self.divided = self.divisor != 1
-            return
+        else:
+            self._scatter(sets, divide=False)
+
+    def _few_rows(self, sets: list[RowSet]) -> bool:
+        """Whether scattering beats streaming all M rows (measured on one core: 100k x 128 fp32 rows, 5% of
+        them in four sets: 2.1 vs 5.2 ms; 840k x 16 rows at 2%: 4.7 vs 6.1 ms; 2^24 x 1 at 0.5%: 1.4 vs 4.8 ms)."""
+        assert self.grad is not None
+        touched = self.grad.nnz + sum(int(index.numel()) for index, _ in sets)
+        wide = self.out.shape[1] * self.out.element_size() >= 256
+        return touched * (32 if wide else 256) <= self.out.shape[0]
+
+    def _scatter(self, sets: list[RowSet], divide: bool) -> None:
+        """out := 0 (O(nnz) in place), the sets' rows added in order; with `divide` those rows are divided
+        here (the same bits as out.div_), so `finish` need not pass over the whole output."""
         self.zero()
         if self.in_place:
             for index, _ in sets:
-                self.out.view(-1, self.out.shape[1]).index_fill_(0, index.long(), 0)
+                self.out.index_fill_(0, index.long(), 0)
         add_messages(self.out, sets)
+        if divide and self.divisor != 1:
+            rows = torch.unique(torch.cat([index.long() for index, _ in sets] or [self.out.new_zeros(0).long()]))
+            self.out.index_copy_(0, rows, self.out.index_select(0, rows).div_(self.divisor))
+            self.divided = True
 
     def finish(self) -> torch.Tensor:
         """The result tensor (shaped like the input), divided."""
