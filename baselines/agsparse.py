@@ -18,7 +18,6 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 
 @register_scheme("agsparse")
 class AllGatherSparse:
-    name = "agsparse"
     sparse_input = True
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:

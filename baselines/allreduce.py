@@ -16,7 +16,6 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 
 @register_scheme("allreduce")
 class DenseAllReduce:
-    name = "allreduce"
     sparse_input = False
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:

@@ -54,7 +54,6 @@ def block_id_dtype(num_blocks: int) -> torch.dtype:
 class OmniReduce:
     """Aggregator j owns the contiguous block range R_j; push non-zero blocks, sum once, pull the union."""
 
-    name = "omnireduce"
     sparse_input = True
 
     def __init__(self, block_size: int = 256):

@@ -258,7 +258,6 @@ class Replay:
 
 @register_scheme("sparcml")
 class SparCML:
-    name = "sparcml"
     sparse_input = True
 
     def __init__(self, variant: str = "auto", small_bytes: int = 1 << 16):

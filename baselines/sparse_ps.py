@@ -53,7 +53,6 @@ def owner_traffic(push: list[list[int]], pull: list[int]) -> list[PhaseBytes]:
 class SparseParameterServer:
     """Server j owns the contiguous row range R_j; push COO, sum once, pull COO."""
 
-    name = "sparse_ps"
     sparse_input = True
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:

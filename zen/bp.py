@@ -35,7 +35,6 @@ def _compact_sum(received: list[encoding.Message], width: int) -> encoding.Messa
 class BalancedParallelism:
     """n = world size servers; server j owns the rows with h0(row) = j."""
 
-    name = "zen-bp"
     sparse_input = True
 
     def __init__(self, pull: str = "hash_bitmap", k: int = 3, r1_factor: float = 2.0, r2_ratio: float = 0.1):

@@ -33,7 +33,6 @@ class HierarchicalCentralization:
     round's two unions on the way. Rows whose sums cancel to exactly zero stay in the union, so every
     rank's union is the union of the index sets."""
 
-    name = "zen-hc"
     sparse_input = True
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:

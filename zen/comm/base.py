@@ -65,7 +65,10 @@ def _message_bytes(counts: Sequence[int], row_bytes: Sequence[int]) -> int:
 
 
 class Communicator(ABC):
-    """A rank's view of its group. Subclasses move bytes; this class counts them."""
+    """A rank's view of its group. Subclasses move bytes; this class counts them. `clocked`: whether wall
+    times of its exchanges mean anything (not for simulated ranks sharing one process)."""
+
+    clocked = True
 
     def __init__(self, rank: int, world_size: int, device: torch.device, seed: int | None = None):
         self.rank = rank

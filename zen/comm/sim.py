@@ -62,6 +62,8 @@ class SimGroup:
 class SimComm(Communicator):
     """One virtual rank of a SimGroup."""
 
+    clocked = False
+
     def __init__(self, group: SimGroup, rank: int, device: torch.device | str = "cpu"):
         super().__init__(rank, group.world_size, torch.device(device), group.seed)
         self.group = group
