@@ -73,9 +73,9 @@ def test_selector_picks_hc_for_disjoint_tiny_density_and_bp_for_overlap() -> Non
 
     P = 16
     disjoint = [make_gradient("disjoint", 1 << 18, 0.0005, r, P, seed=1) for r in range(P)]
-    assert zen.simulate("zen", disjoint, warmup=1).stats[0].choice == "hc"
+    assert zen.simulate("zen", disjoint, warmup=2).stats[0].choice == "hc"
     overlapping = [make_gradient("zipf", 1 << 18, 0.01, r, P, seed=1) for r in range(P)]
-    assert zen.simulate("zen", overlapping, warmup=1).stats[0].choice == "bp"
+    assert zen.simulate("zen", overlapping, warmup=2).stats[0].choice == "bp"
 
 
 @pytest.mark.parametrize("pull", ["hash_bitmap", "coo", "bitmap"])

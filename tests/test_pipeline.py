@@ -48,7 +48,7 @@ def test_default_config_dry_run(tmp_path):
 
 def test_paper_config_dry_run_with_slurm_profile(tmp_path):
     jobs, plan = dry_run(tmp_path, "--profile", "workflow/profiles/slurm", "--configfile", "workflow/config/paper.yaml",
-                         "-p", "results/train/lstm/zen/n32.json")
+                         "-p", "results/train/lstm/n32.json")
     assert jobs == {"build_kernels": 1, "train_workload": 1, "total": 2}
     assert "nodes=4" in plan and "gres=gpu:8" in plan and "tasks_per_gpu" not in plan
     assert "srun --nodes=4 --ntasks-per-node=1" in plan and "--nnodes=4 --nproc-per-node=8" in plan
@@ -103,7 +103,9 @@ def test_train_aggregation(tmp_path):
                    "runs": [{"scheme": s, "summary": {"samples_per_s": 100.0 * (i + 1), "samples_per_s_p25": 90.0,
                                                       "samples_per_s_p75": 110.0, "iter_s_median": 0.1,
                                                       "iter_s_p25": 0.09, "iter_s_p75": 0.11,
-                                                      "comm_busy_s_median": 0.05 / (i + 1), "final_loss": 1.0},
+                                                      "comm_busy_s_median": 0.05 / (i + 1),
+                                                      "comm_busy_s_p25": 0.04 / (i + 1),
+                                                      "comm_busy_s_p75": 0.06 / (i + 1), "final_loss": 1.0},
                              "steps": {"loss": [3.0, 2.0, 1.0], "iter_s": [0.1, 0.1, 0.1]}}
                             for i, s in enumerate(["allreduce", "zen"])]}
     path = tmp_path / "n2.json"

@@ -1,7 +1,6 @@
 """Config validation and input helpers shared by every rule file."""
 
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -54,15 +53,9 @@ def emulated_bandwidth():
     return rate
 
 
-def _accepts(module_file, flag):
-    """Whether a `zen` subcommand's source declares `flag` (lets the pipeline pass options that landed)."""
-    path = Path(module_file)
-    return path.exists() and re.search(rf"add_argument\(\s*[\"']{re.escape(flag)}[\"']", path.read_text()) is not None
-
-
-def bandwidth_flag(module_file="zen/bench/cli.py"):
+def bandwidth_flag():
     rate = emulated_bandwidth()
-    return f"--bandwidth {rate}" if rate and _accepts(module_file, "--bandwidth") else ""
+    return f"--bandwidth {rate}" if rate else ""
 
 
 def wandb_flags():
@@ -113,9 +106,8 @@ def kernel_outputs():
 
 
 def train_outputs():
-    t = config["train"]
-    return expand(RESULTS + "/train/{workload}/{scheme}/n{world_size}.json",
-                  workload=t["workloads"], scheme=t["schemes"], world_size=t["world_sizes"])
+    """One JSON per (workload, world size) cell of the grid, holding every scheme's run."""
+    return [RESULTS + f"/train/{w}/n{n}.json" for w, sizes in config["train"]["grid"].items() for n in sizes]
 
 
 def nodes_for(wildcards):
@@ -130,7 +122,7 @@ def train_launch(wildcards):
     """Command prefix that starts `zen train` on world_size ranks: local spawn, or torchrun per node."""
     n = int(wildcards.world_size)
     if config["launcher"] == "spawn":
-        return f"{ZEN} train --world-size {n} {bandwidth_flag('workloads/train.py')}"
+        return f"{ZEN} train --world-size {n} {bandwidth_flag()}"
     per_node = min(n, config["train"].get("gpus_per_node", 8))
     nodes = nodes_for(wildcards)
     head = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'

@@ -2,30 +2,34 @@
 
 
 rule train_workload:
-    """One DDP run; the CLI writes its JSON atomically and logs to wandb under the pipeline's group."""
+    """One launch per (workload, world size): every scheme trained side by side, steps interleaved, so the
+    ratios between schemes come from one run. Timed: it takes every core, so no other job runs meanwhile.
+    The CLI writes its JSON atomically and logs to wandb under the pipeline's group."""
     input:
         BUILD_STAMP,
     output:
-        RESULTS + "/train/{workload}/{scheme}/n{world_size}.json",
+        RESULTS + "/train/{workload}/n{world_size}.json",
     log:
-        LOGS + "/train_workload/{workload}/{scheme}/n{world_size}.log",
+        LOGS + "/train_workload/{workload}/n{world_size}.log",
     benchmark:
-        BENCHMARKS + "/train_workload/{workload}/{scheme}/n{world_size}.tsv"
-    threads: lambda wildcards: int(wildcards.world_size)  # one core per local rank
+        BENCHMARKS + "/train_workload/{workload}/n{world_size}.tsv"
+    threads: workflow.cores  # timed: alone on the machine
     resources:
         nodes=nodes_for,
     params:
         launch=train_launch,
+        schemes=csv_list(config["train"]["schemes"]),
         preset=config["train"]["preset"],
         steps=config["train"]["steps"],
         warmup=config["train"]["warmup"],
+        interleave="" if config["train"].get("interleave", True) else "--no-interleave",
         seed=config["seed"],
         backend=config["backend"],
         wandb=wandb_flags(),
     shell:
-        "{params.launch} --workload {wildcards.workload} --preset {params.preset} --scheme {wildcards.scheme}"
-        " --steps {params.steps} --warmup {params.warmup} --seed {params.seed} --backend {params.backend}"
-        " {params.wandb} --out {output} > {log} 2>&1"
+        "{params.launch} --workload {wildcards.workload} --preset {params.preset} --scheme {params.schemes}"
+        " --steps {params.steps} --warmup {params.warmup} {params.interleave} --seed {params.seed}"
+        " --backend {params.backend} {params.wandb} --out {output} > {log} 2>&1"
 
 
 rule aggregate_training:

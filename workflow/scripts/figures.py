@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from common import color, label, marker, save_figure, scheme_order, write_csv
 
@@ -37,13 +38,15 @@ def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
 
 
 def _scheme_lines(ax: plt.Axes, cell: pd.DataFrame, y: str,
-                  style: Callable[[str], dict] | None = None) -> None:
+                  style: Callable[[str], dict] | None = None, band: bool = False) -> None:
     """One line of `y` against world_size per scheme, in the shared scheme order, colours and markers;
-    `style(scheme)` overrides the line's keyword arguments."""
+    `style(scheme)` overrides the line's keyword arguments; `band` shades `{y}_lo`..`{y}_hi` (the spread)."""
     for scheme in scheme_order(cell["scheme"]):
         s = cell[cell["scheme"] == scheme].sort_values("world_size")
         kwargs = {"color": color(scheme), "label": label(scheme), **(style(scheme) if style else {})}
         ax.plot(s["world_size"], s[y], marker=marker(scheme), **kwargs)
+        if band:
+            ax.fill_between(s["world_size"], s[f"{y}_lo"], s[f"{y}_hi"], color=kwargs["color"], alpha=0.15, lw=0)
 
 
 def _log2_ranks(ax: plt.Axes, ranks: pd.Series) -> None:
@@ -219,11 +222,11 @@ def fig8_scale(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
 def fig11_throughput(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     """Fig 11: training throughput vs #workers, one panel per workload."""
     data = frames[0][["workload", "preset", "scheme", "world_size", "backend", "bandwidth", "samples_per_s",
-                      "iter_ms", "comm_ms"]]
+                      "samples_per_s_lo", "samples_per_s_hi", "iter_ms", "comm_ms"]]
     cells = list(data.groupby("workload", sort=True))
     fig, axes = _panels(len(cells))
     for ax, (workload, cell) in zip(axes, cells, strict=True):
-        _scheme_lines(ax, cell, "samples_per_s")
+        _scheme_lines(ax, cell, "samples_per_s", band=True)
         _log2_ranks(ax, cell["world_size"])
         ax.set_xlabel("#workers (ranks)")
         ax.set_ylabel("throughput (samples/s)")
@@ -234,13 +237,19 @@ def fig11_throughput(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFra
 
 
 def fig15_comm_speedup(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Fig 15: communication-time speedup over AllReduce per workload and scheme, at the largest size."""
+    """Fig 15: communication-time speedup over AllReduce per workload and scheme, at each workload's largest
+    world size; the error bars are the range the two schemes' step-time spreads allow."""
     df = frames[0]
-    df = df[df["world_size"] == df["world_size"].max()].copy()
-    base = df[df["scheme"] == "allreduce"].set_index("workload")["comm_ms"]
-    df["comm_speedup_vs_allreduce"] = [base.get(w, float("nan")) / h for w, h in
-                                       zip(df["workload"], df["comm_ms"], strict=True)]
-    data = df[["workload", "world_size", "scheme", "comm_ms", "comm_speedup_vs_allreduce"]]
+    df = df[(df["world_size"] == df.groupby("workload")["world_size"].transform("max")) & (df["scheme"] != "none")]
+    base = df[df["scheme"] == "allreduce"].set_index("workload")
+    rows = []
+    for _, r in df.iterrows():
+        b = base.loc[r["workload"]]
+        rows.append({"workload": r["workload"], "world_size": r["world_size"], "scheme": r["scheme"],
+                     "comm_ms": r["comm_ms"], "speedup": b["comm_ms"] / r["comm_ms"] if r["comm_ms"] > 0 else np.nan,
+                     "speedup_lo": b["comm_ms_lo"] / r["comm_ms_hi"] if r["comm_ms_hi"] > 0 else np.nan,
+                     "speedup_hi": b["comm_ms_hi"] / r["comm_ms_lo"] if r["comm_ms_lo"] > 0 else np.nan})
+    data = pd.DataFrame(rows)
     workloads = sorted(data["workload"].unique())
     schemes = scheme_order(data["scheme"])
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(workloads) + 2), 3.8), layout="constrained")
@@ -248,11 +257,16 @@ def fig15_comm_speedup(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataF
     for k, scheme in enumerate(schemes):
         s = data[data["scheme"] == scheme].set_index("workload").reindex(workloads)
         xs = [i + (k - (len(schemes) - 1) / 2) * width for i in range(len(workloads))]
-        ax.bar(xs, s["comm_speedup_vs_allreduce"], width=width, color=color(scheme), label=label(scheme))
+        err = [(s["speedup"] - s["speedup_lo"]).clip(lower=0).fillna(0),
+               (s["speedup_hi"] - s["speedup"]).clip(lower=0).fillna(0)]
+        ax.bar(xs, s["speedup"], width=width, color=color(scheme), label=label(scheme), yerr=err, capsize=2,
+               error_kw={"lw": 0.8})
     ax.axhline(1.0, color="black", lw=0.8, ls=":")
-    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_yscale("log")
+    ticks = [f"{w}\n({int(data[data['workload'] == w]['world_size'].iloc[0])} ranks)" for w in workloads]
+    ax.set_xticks(range(len(workloads)), ticks)
     ax.set_ylabel("comm-time speedup over AllReduce (x)")
-    ax.set_title(f"communication time (communication time per step), {int(data['world_size'].max())} workers")
+    ax.set_title("exposed communication per step (step time minus the no-communication step time)")
     ax.grid(axis="y", alpha=0.3)
     fig.legend(loc="outside upper center", ncol=len(schemes), frameon=False)
     return fig, data

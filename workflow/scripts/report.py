@@ -47,10 +47,14 @@ FIGURE_TEXT = {
                         "ranks, dense input to dense output, extraction included (zen bench)."),
     "fig11_throughput": ("Fig 11: training throughput vs #workers",
                          "Samples per second of data-parallel training with each scheme on the embedding "
-                         "gradients (dense AllReduce for the rest), after warm-up (zen train)."),
+                         "gradients (dense AllReduce for the rest), after warm-up, from the median step time; "
+                         "shaded: from the 25th-75th percentile step times. All schemes of a world size train "
+                         "in one launch, steps interleaved (zen train)."),
     "fig15_comm_speedup": ("Fig 15: communication-time speedup over AllReduce",
-                           "Median time per iteration spent in the DDP communication hook, AllReduce's over each "
-                           "scheme's, at the largest world size (zen train)."),
+                           "Exposed communication per iteration (the scheme's median step time minus the "
+                           "no-communication step time of the same run), AllReduce's over each scheme's, at each "
+                           "workload's largest world size; whiskers: the range the 25th-75th percentile step "
+                           "times allow (zen train)."),
     "fig16_hashing": ("Fig 16: hashing time vs r1 and k",
                       "Time of the native hierarchical hashing kernel vs the parallel-region size factor r1 and "
                       "the number of probes k, with the share of indices left to the serial region "
@@ -175,6 +179,26 @@ def cpu_time(benchmarks: str | None) -> str:
     return ", ".join(f"{rule} {secs / 60:.1f} min" for rule, secs in top)
 
 
+PAPER_SHARE = {"lstm": "~80% (from its 6.77x comm. and 3.1x throughput speedups)"}
+
+
+def training_balance(train: pd.DataFrame) -> list[str]:
+    """Per trained cell: AllReduce's share of its step spent communicating (exposed), next to the paper's."""
+    lines = ["| workload | preset | ranks | AllReduce ms/step | share communicating | paper | zen ms/step | "
+             "no-comm ms/step |", "|---|---|---|---|---|---|---|---|"]
+    for (workload, n), cell in train.groupby(["workload", "world_size"], sort=True):
+        by = cell.set_index("scheme")
+        if "allreduce" not in by.index:
+            continue
+        ar = by.loc["allreduce"]
+        share = ar["comm_ms"] / ar["iter_ms"] if "none" in by.index else float("nan")
+        zen = f"{by.loc['zen', 'iter_ms']:.0f}" if "zen" in by.index else "-"
+        none = f"{by.loc['none', 'iter_ms']:.0f}" if "none" in by.index else "-"
+        lines.append(f"| {workload} | {ar['preset']} | {n} | {ar['iter_ms']:.0f} | {share:.0%} | "
+                     f"{PAPER_SHARE.get(workload, '-')} | {zen} | {none} |")
+    return lines
+
+
 def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: list[str], wandb: dict | None,
            out: Path, info: dict[str, Any], build: str, job_time: str) -> str:
     bench = frames.get("bench")
@@ -193,23 +217,27 @@ def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: lis
     train = frames.get("training")
     if train is not None and not train.empty:
         links = sorted(set(train["bandwidth"].fillna("loopback")))
-        lines.append(f"- training runs: {', '.join(links)} links"
-                     + (" (zen train has no emulated-cluster option yet)" if links == ["loopback"] else ""))
+        lines.append(f"- training runs: {', '.join(links)} links; timed jobs (training, real-rank benchmarks, "
+                     "kernel timings) take every core, so nothing else runs while they are timed")
     if wandb:
         lines.append(f"- wandb: {len(wandb['runs'])} benchmark runs and every training run logged ({wandb['mode']}) "
                      f"in project `{wandb['project']}`, group `{wandb['group']}` (benchmarks under `{wandb['dir']}`, "
-                     "training under `results/train/<workload>/<scheme>/wandb`)")
+                     "training under `results/train/<workload>/wandb`)")
     if job_time:
         lines.append(f"- job time by rule: {job_time}")
     lines.append("")
     claims = all_claims(frames)
     if claims:
-        counts = {v: sum(1 for c in claims if c["verdict"] == v) for v in ("match", "beat", "short", "n/a")}
+        counts = {v: sum(1 for c in claims if c["verdict"] == v) for v in ("match", "beat", "short", "noisy", "n/a")}
         lines += ["## The paper's claims next to ours", "",
                   f"{counts['match']} match (within 25% or qualitatively), {counts['beat']} beat, "
-                  f"{counts['short']} fall short, {counts['n/a']} not comparable here. Our numbers come from one "
-                  "small machine unless the setting says otherwise; the paper's from 16 x 8 V100 at 25 Gbps.", "",
+                  f"{counts['short']} fall short, {counts['noisy']} noisy (the spread straddles the verdict), "
+                  f"{counts['n/a']} not comparable here. Training ratios are medians with the range their step "
+                  "times' 25th-75th percentiles allow. Our numbers come from one small machine unless the setting "
+                  "says otherwise; the paper's from 16 x 8 V100 at 25 Gbps.", "",
                   *claims_markdown(claims), ""]
+    if train is not None and not train.empty:
+        lines += ["## Training presets: how communication-bound they are", "", *training_balance(train), ""]
     lines += ["Not reproduced by this pipeline: Fig 12 (100 Gbps RDMA) needs that network; Fig 13/14 (LLMs with "
               "DGC top-5%) need the LLM workloads and DGC; Fig 17a's tensor-block line is OmniReduce's measured pull.",
               ""]
