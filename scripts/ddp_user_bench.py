@@ -22,15 +22,18 @@ from ddp_user_script import HOOKS, train  # noqa: E402
 
 from zen.launch import spawn  # noqa: E402
 
+MODELS = {"dense": ("recommender", False), "sparse": ("recommender", True), "mlp": ("dense", False)}
 
-def compare(hooks: list[str], sparse: list[bool], rounds: int, steps: int, warmup: int) -> dict[str, Any]:
-    """One rank: every (hook, sparse) variant `rounds` times, interleaved."""
+
+def compare(hooks: list[str], models: list[str], rounds: int, steps: int, warmup: int) -> dict[str, Any]:
+    """One rank: every (hook, model) variant `rounds` times, interleaved."""
     out: dict[str, Any] = {}
     for _ in range(rounds):
-        for sp in sparse:
+        for name in models:
+            model, sp = MODELS[name]
             for hook in hooks:
-                res = train(hook, sp, steps, warmup)
-                cell = out.setdefault(f"{hook}/{sp}", {"times": [], "checksum": res["checksum"]})
+                res = train(hook, sp, steps, warmup, model_name=model)
+                cell = out.setdefault(f"{hook}/{name}", {"times": [], "checksum": res["checksum"]})
                 cell["times"] += res["times"]
                 cell["loss"] = res["losses"][-1]
     return out
@@ -48,10 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--hooks", default=",".join(HOOKS))
+    parser.add_argument("--models", default="dense,sparse,mlp",
+                        help="dense / sparse: the recommender with dense / COO embedding gradients; mlp: all dense")
     args = parser.parse_args(argv)
-    hooks = args.hooks.split(",")
-    kwargs = {"hooks": hooks, "sparse": [False, True], "rounds": args.rounds, "steps": args.steps,
-              "warmup": args.warmup}
+    hooks, models = args.hooks.split(","), args.models.split(",")
+    if not set(hooks) <= set(HOOKS) or not set(models) <= set(MODELS):
+        parser.error(f"--hooks from {HOOKS}, --models from {tuple(MODELS)}")
+    kwargs = {"hooks": hooks, "models": models, "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup}
     target = "ddp_user_bench:compare"
     env = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
     if args.bandwidth:
@@ -67,16 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = results[0]
     print(f"user DDP script, {args.world_size} gloo ranks, {args.bandwidth or 'loopback'}, {args.rounds} rounds x "
           f"{args.steps - args.warmup} timed steps")
-    print(f"{'embeddings':>10} {'hook':>10} {'ms/step':>9} {'p10':>8} {'p90':>8} {'vs ddp':>7} {'same params':>11}")
-    for sp in (False, True):
-        base = statistics.median(rows[f"ddp/{sp}"]["times"]) if "ddp" in hooks else None
+    print(f"{'model':>10} {'hook':>10} {'ms/step':>9} {'p10':>8} {'p90':>8} {'vs ddp':>7} {'same params':>11}")
+    for name in models:
+        base = statistics.median(rows[f"ddp/{name}"]["times"]) if "ddp" in hooks else None
         for hook in hooks:
-            cell = rows[f"{hook}/{sp}"]
+            cell = rows[f"{hook}/{name}"]
             t = cell["times"]
             med = statistics.median(t)
-            same = all(r[f"{hook}/{sp}"]["checksum"] == cell["checksum"] for r in results)
+            same = all(r[f"{hook}/{name}"]["checksum"] == cell["checksum"] for r in results)
             ratio = f"{med / base:6.2f}x" if base else "-"
-            print(f"{'sparse' if sp else 'dense':>10} {hook:>10} {med * 1e3:9.2f} {quantile(t, 0.1) * 1e3:8.2f} "
+            print(f"{name:>10} {hook:>10} {med * 1e3:9.2f} {quantile(t, 0.1) * 1e3:8.2f} "
                   f"{quantile(t, 0.9) * 1e3:8.2f} {ratio:>7} {str(same):>11}")
     return 0
 

@@ -30,6 +30,20 @@ import zen
 HOOKS = ("ddp", "allreduce", "zen")
 
 
+class DenseNet(nn.Module):
+    """A model whose gradients are all dense (an MLP of ~50M parameters): the hook must not cost it anything."""
+
+    def __init__(self, width: int = 2048, depth: int = 12):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        self.body = nn.Sequential(*layers, nn.Linear(width, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x).squeeze(1)
+
+
 class Recommender(nn.Module):
     def __init__(self, rows: int, dim: int, sparse: bool):
         super().__init__()
@@ -49,11 +63,11 @@ def zipf_ids(gen: torch.Generator, rows: int, shape: tuple[int, ...], s: float =
 
 
 def train(hook: str, sparse: bool, steps: int = 30, warmup: int = 5, rows: int = 200_000, dim: int = 64,
-          batch: int = 512, history: int = 20, seed: int = 0) -> dict[str, Any]:
+          batch: int = 512, history: int = 20, seed: int = 0, model_name: str = "recommender") -> dict[str, Any]:
     """Train `steps` steps; returns step times (s), losses and a parameter checksum (same on every rank)."""
     rank = dist.get_rank()
     torch.manual_seed(seed)
-    model = Recommender(rows, dim, sparse)
+    model = Recommender(rows, dim, sparse) if model_name == "recommender" else DenseNet()
     ddp = DDP(model)
     if hook != "ddp":
         state = zen.ZenHookState(scheme="zen" if hook == "zen" else "allreduce", sparse_params=model)
@@ -65,8 +79,9 @@ def train(hook: str, sparse: bool, steps: int = 30, warmup: int = 5, rows: int =
         items = zipf_ids(gen, rows, (batch,))
         hist = zipf_ids(gen, rows, (batch, history))
         target = (items < 100).float()
+        inputs = (items, hist) if model_name == "recommender" else (torch.randn(64, 2048, generator=gen),)
         start = time.perf_counter()
-        loss = nn.functional.binary_cross_entropy_with_logits(ddp(items, hist), target)
+        loss = nn.functional.binary_cross_entropy_with_logits(ddp(*inputs), target[: len(inputs[0])])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -80,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hook", choices=HOOKS, default="zen")
     parser.add_argument("--sparse", action="store_true", help="nn.Embedding(sparse=True) gradients (COO)")
+    parser.add_argument("--model", choices=("recommender", "dense"), default="recommender",
+                        help="dense: an MLP whose gradients are all dense")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args(argv)
@@ -87,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps must exceed --warmup")
     dist.init_process_group("gloo")
     try:
-        result = train(args.hook, args.sparse, args.steps, args.warmup)
+        result = train(args.hook, args.sparse, args.steps, args.warmup, model_name=args.model)
     finally:
         dist.destroy_process_group()
     if os.environ.get("RANK", "0") == "0":

@@ -85,11 +85,27 @@ def test_hook_state_checks_its_settings() -> None:
         ZenHookState(check_every=-1)
     with pytest.raises(zen.ZenInputError, match="timeout_s"):
         ZenHookState(timeout_s=0)
+    with pytest.raises(zen.ZenInputError, match="lanes"):
+        ZenHookState(lanes=0)
     state = ZenHookState(timeout_s=5.0, sparse_params=torch.nn.Embedding(3, 2))
-    assert state.__getstate__()["_comm"] is None
+    assert state.__getstate__()["_lanes"] == []
 
 
 def test_step_record_busy_time_is_the_union_of_spans() -> None:
     rec = StepRecord(spans=[(0.0, 1.0), (0.5, 2.0), (3.0, 4.0), (3.5, 3.6)])
     assert rec.busy_s() == pytest.approx(3.0)
     assert StepRecord().busy_s() == 0.0
+
+
+def test_input_check_runs_around_the_bucket_rebuild_then_periodically() -> None:
+    def due(state: ZenHookState) -> list[bool]:
+        out = []
+        for i in range(6):
+            state.iteration = i
+            out.append(state.check_due())
+        return out
+
+    assert due(ZenHookState(check_every=4)) == [True, True, False, False, True, False]
+    assert due(ZenHookState(check_every=0)) == [True, True, False, False, False, False]
+    assert all(due(ZenHookState(check_every=0, nonfinite="raise")))
+    assert not any(due(ZenHookState(validate=False)))

@@ -65,7 +65,7 @@ class TrainConfig:
     seed: int = 0
     bucket_cap_mb: float | None = None
     bucket_view: bool = True  # DDP's gradient_as_bucket_view: grads live in the buckets (no copy, less memory)
-    check_every: int = 1  # the hook's cross-rank input check every k-th step; 0 never
+    check_every: int = 100  # the hook's cross-rank input check on steps 1-2, then every k-th; 0 no more
     asynchronous: bool = True  # the hook overlaps communication with backward
     interleave: bool = True  # one step of every scheme in turn (else one scheme after the other)
     log_every: int = 0  # progress line every k steps on rank 0; 0: about ten lines per run
@@ -181,7 +181,7 @@ def _record(t: Trainee, loss: float, elapsed: float) -> Step:
         zero = 0 if t.scheme == NO_COMM else None
         return Step(loss, elapsed, zero, zero, zero, zero, zero, zero, None)
     last = t.state.last_step
-    embedded = [s for s, sparse in zip(last.stats, last.sparse, strict=True) if sparse]
+    embedded = [s for s, sparse in last.parts if sparse]
     return Step(loss=loss, iter_s=elapsed, comm_busy_s=last.busy_s(),
                 bytes_sent=sum(s.traffic.bytes_sent for s in last.stats),
                 bytes_received=last.bytes_received(),
@@ -340,9 +340,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 25)")
     parser.add_argument("--no-bucket-view", action="store_true",
                         help="DDP copies gradients into its buckets (gradient_as_bucket_view=False)")
-    parser.add_argument("--check-every", type=int, default=1, metavar="K",
-                        help="the hook's cross-rank input check (one small all-gather per bucket) every K-th "
-                             "step; 0: never (default 1)")
+    parser.add_argument("--check-every", type=int, default=100, metavar="K",
+                        help="the hook's cross-rank input check (one small all-gather per bucket) on the first "
+                             "two steps, then every K-th; 0: no more (default 100)")
     parser.add_argument("--sync-hook", action="store_true",
                         help="synchronize each bucket inside the hook call (no overlap with backward; for A/B)")
     parser.add_argument("--no-interleave", action="store_true",

@@ -2,14 +2,17 @@
 backward goes on.
 
 Usage: `ddp.register_comm_hook(ZenHookState(scheme="zen", sparse_params=model), zen.ddp_hook)`.
-The hook returns at once with a Future that completes when its bucket is synchronized: a job per bucket
-runs on one communication thread per process (zen.ddp.worker), in DDP's bucket order, on a process
-group of the hook's own (so DDP's own collectives, e.g. find_unused_parameters' bitmap all-reduce from
-the autograd thread, cannot interleave with ours). Dense parts are issued as asynchronous all-reduces
-and do not hold the thread up; sparse parts run the scheme there. Errors and timeouts fail the futures,
-so `loss.backward()` raises on every rank. Buckets arrive un-averaged; like DDP's own allreduce hook we
-return the mean unless `average=False`. Scheme state is keyed by tensor size, not bucket index, so
-DDP's bucket rebuild after iteration 1 is harmless.
+The hook returns at once with a Future that completes when its bucket is synchronized. A bucket is a job
+for one of `lanes` communication lanes (bucket index modulo lanes, the same on every rank): each lane is a
+thread (zen.ddp.worker) with a process group and scheme instances of its own, running its buckets in DDP's
+order. So DDP's own collectives (e.g. find_unused_parameters' bitmap all-reduce from the autograd thread)
+cannot interleave with ours, and two buckets' exchanges can be in flight at once, as gloo's two threads
+run DDP's built-in all-reduces. Dense parts are issued as asynchronous all-reduces and do not hold a lane
+up; sparse parts run the scheme there. A step's last bucket runs in the hook call itself when its lane is
+idle (nothing of backward is left to overlap). Errors and timeouts fail the futures, so `loss.backward()`
+raises on every rank. Buckets arrive un-averaged; like DDP's own allreduce hook we return the mean unless
+`average=False`. Scheme state is keyed by tensor size, not bucket index, so DDP's bucket rebuild after
+iteration 1 is harmless.
 No `from __future__ import annotations` here: DDP's register_comm_hook compares the hook's annotations
 with the real classes and rejects strings.
 """
@@ -27,7 +30,7 @@ from torch import nn
 from zen.api import prepare, run
 from zen.comm.dist import DEFAULT_TIMEOUT_S, DistComm
 from zen.ddp.router import BucketRouter, Part, embedding_params
-from zen.ddp.worker import CommWorker, settle
+from zen.ddp.worker import CommWorker, Fault, settle
 from zen.registry import Scheme, make_scheme
 from zen.types import SyncStats, ZenCommError, ZenInputError
 from zen.validate import check_parts
@@ -38,12 +41,16 @@ NONFINITE = ("pass", "raise")
 
 @dataclass
 class StepRecord:
-    """What one step's synchronization did: per part its stats and whether it was embedding rows, and the
-    (start, end) perf_counter spans during which the hook's work was in flight."""
+    """What one step's synchronization did: per part its stats and whether it was embedding rows (one tuple,
+    appended atomically by whichever lane ran it), and the (start, end) perf_counter spans during which the
+    hook's work was in flight."""
 
-    stats: list[SyncStats] = field(default_factory=list)
-    sparse: list[bool] = field(default_factory=list)
+    parts: list[tuple[SyncStats, bool]] = field(default_factory=list)
     spans: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def stats(self) -> list[SyncStats]:
+        return [s for s, _ in self.parts]
 
     def busy_s(self) -> float:
         """Seconds during which some synchronization of this step was in flight (union of the spans)."""
@@ -55,20 +62,32 @@ class StepRecord:
         return total
 
     def bytes_received(self, sparse_only: bool = False) -> int:
-        return sum(s.traffic.bytes_received for s, sp in zip(self.stats, self.sparse, strict=True)
-                   if sp or not sparse_only)
+        return sum(s.traffic.bytes_received for s, sparse in self.parts if sparse or not sparse_only)
+
+
+@dataclass
+class Lane:
+    """One communication lane: its communicator (process group), thread and scheme instances."""
+
+    comm: DistComm
+    worker: CommWorker
+    schemes: dict[str, Scheme]
 
 
 @dataclass
 class ZenHookState:
-    """Hyper-parameters of the hook, its process group and communication thread, and the last step's record.
+    """Hyper-parameters of the hook, its communication lanes, and the last step's record.
 
     `sparse_params`: the embeddings, as modules (every nn.Embedding / nn.EmbeddingBag inside, torchrec's
     collections included) and/or parameters; their rows go through `scheme`, everything else through dense
-    allreduce. None: every bucket whole through `scheme`, flat. `check_every`: run the cross-rank input check
-    (one small all-gather per bucket) on every k-th step, 0 never. `nonfinite`: "pass" sums NaN / Inf like
-    DDP's allreduce does (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every
-    rank. `asynchronous=False` runs each bucket inside the hook call (no overlap with backward)."""
+    allreduce. None: every bucket whole through `scheme`, flat. The cross-rank input check (one small
+    all-gather per bucket, a round trip) runs on the first two steps, around DDP's bucket rebuild, then every
+    `check_every` steps (0: no more), and on every step with `nonfinite="raise"`; `validate=False`: never.
+    DDP gives every rank the same buckets, so what it catches later is rare (a rank configured differently
+    from the start is caught at once). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
+    (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`:
+    buckets in flight at once. `asynchronous=False` runs each bucket inside the hook call (no overlap with
+    backward)."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
@@ -76,17 +95,17 @@ class ZenHookState:
     sparse_params: nn.Module | Iterable[nn.Module | torch.Tensor] | None = None
     average: bool = True
     validate: bool = True
-    check_every: int = 1
+    check_every: int = 100
     nonfinite: str = "pass"
     timeout_s: float | None = None
+    lanes: int = 2
     asynchronous: bool = True
     iteration: int = 0
     last_step: StepRecord = field(default_factory=StepRecord)
     _step: StepRecord = field(default_factory=StepRecord, repr=False)
     _router: BucketRouter | None = field(default=None, repr=False)
-    _schemes: dict[str, Scheme] = field(default_factory=dict, repr=False)
-    _comm: DistComm | None = field(default=None, repr=False)
-    _worker: CommWorker | None = field(default=None, repr=False)
+    _lanes: list[Lane] = field(default_factory=list, repr=False)
+    _fault: Fault = field(default_factory=Fault, repr=False)
 
     def __post_init__(self) -> None:
         if self.nonfinite not in NONFINITE:
@@ -95,58 +114,63 @@ class ZenHookState:
             raise ZenInputError(f"check_every must be >= 0 (0: never), got {self.check_every}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ZenInputError(f"timeout_s must be > 0, got {self.timeout_s}")
-        for name in {self.scheme, DENSE}:  # unknown names and bad options fail here, not inside backward
-            self._schemes[name] = make_scheme(name, **(self.options if name == self.scheme else {}))
-        params = None if self.sparse_params is None else embedding_params(self.sparse_params)
-        self._router = BucketRouter(params)
+        if self.lanes < 1:
+            raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
+        scheme = self._make_schemes()[self.scheme]  # unknown names and bad options fail here, not in backward
+        dense = not getattr(scheme, "sparse_input", True)
+        params = None if self.sparse_params is None or dense else embedding_params(self.sparse_params)
+        self._router = BucketRouter(params)  # a dense scheme gets each bucket whole: one all-reduce, as DDP's
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(group=None, _comm=None, _worker=None, sparse_params=None)
+        state.update(group=None, _lanes=[], _fault=Fault(), sparse_params=None)
         return state
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
 
-    @property
-    def comm(self) -> DistComm:
-        """The hook's communicator, on a process group of its own over `group`'s ranks (made at first use,
-        on every rank at the same point: the first bucket)."""
-        if self._comm is None:
-            timeout = datetime.timedelta(seconds=self.timeout_s or DEFAULT_TIMEOUT_S)
-            try:
-                group = self.group if self.group is not None else dist.new_group(timeout=timeout)
-            except Exception as exc:  # a peer that never reaches its first bucket
-                raise ZenCommError(f"zen: the hook's process group could not be created (a peer missing or late "
-                                   f"by more than {timeout.total_seconds():.0f}s): {exc}") from exc
-            self._comm = DistComm(group, timeout_s=self.timeout_s)
-        return self._comm
+    def _make_schemes(self) -> dict[str, Scheme]:
+        return {name: make_scheme(name, **(self.options if name == self.scheme else {}))
+                for name in {self.scheme, DENSE}}
 
-    @property
-    def worker(self) -> CommWorker:
-        if self._worker is None:
-            device = self.comm.device
-            setup = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None
-            self._worker = CommWorker(setup=setup)
-        return self._worker
+    def lane(self, bucket_index: int) -> Lane:
+        """The lane of a bucket; all lanes are made at the first call, on every rank at the same point (the
+        first bucket), each with a process group of its own over `group`'s ranks."""
+        if not self._lanes:
+            self._lanes = [self._new_lane(k) for k in range(1 if self.group is not None else self.lanes)]
+        return self._lanes[bucket_index % len(self._lanes)]
+
+    def _new_lane(self, k: int) -> Lane:
+        timeout = datetime.timedelta(seconds=self.timeout_s or DEFAULT_TIMEOUT_S)
+        try:
+            group = self.group if self.group is not None else dist.new_group(timeout=timeout)
+        except Exception as exc:  # a peer that never reaches its first bucket
+            raise ZenCommError(f"zen: the hook's process group could not be created (a peer missing or late "
+                               f"by more than {timeout.total_seconds():.0f}s): {exc}") from exc
+        comm = DistComm(group, timeout_s=self.timeout_s)
+        setup = (lambda: torch.cuda.set_device(comm.device)) if comm.device.type == "cuda" else None
+        return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_schemes())
 
     def check_due(self) -> bool:
-        return self.validate and self.check_every > 0 and self.iteration % self.check_every == 0
+        periodic = self.check_every > 0 and self.iteration % self.check_every == 0
+        return self.validate and (self.iteration < 2 or periodic or self.nonfinite == "raise")
 
 
 def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """hook(state, bucket) -> Future of the synchronized bucket buffer (COO for a sparse gradient)."""
     assert state._router is not None
     parts = state._router.split(bucket)
-    step = state._step
+    step, check, lane = state._step, state.check_due(), state.lane(bucket.index())
     done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    check = state.check_due()
-    comm = state.comm
+
+    def job() -> None:
+        _sync_bucket(state, lane, bucket.buffer(), parts, step, check, done)
+
     if state.asynchronous:
-        state.worker.submit(lambda: _sync_bucket(state, comm, bucket.buffer(), parts, step, check, done), done)
+        lane.worker.submit(job, done, inline_if_idle=bucket.is_last())
     else:
         try:
-            _sync_bucket(state, comm, bucket.buffer(), parts, step, check, done)
+            job()
         except Exception as exc:  # noqa: BLE001 - the future carries it to backward, as in the async case
             done.set_exception(exc)
     if bucket.is_last():
@@ -164,29 +188,29 @@ def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
         raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _sync_bucket(state: ZenHookState, comm: DistComm, buffer: torch.Tensor, parts: list[Part], step: StepRecord,
+def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: list[Part], step: StepRecord,
                  check: bool, done: torch.futures.Future) -> None:
     """One bucket: one input check for all its parts (if due), the dense parts' all-reduces issued, the
     sparse parts synchronized; `done` completes when the all-reduces have too."""
+    comm = lane.comm
     divisor = comm.world_size if state.average else 1
-    scheme = state._schemes[state.scheme]
+    scheme = lane.schemes[state.scheme]
     # embedding rows (and any COO gradient) through the scheme; the rest, or all if the scheme is dense, async
     through = [p.coo or (p.sparse and scheme.sparse_input) for p in parts]
     names = [state.scheme if t else DENSE for t in through]
-    grads = [prepare(state._schemes[n], p.tensor, rows=t and not p.coo)
+    grads = [prepare(lane.schemes[n], p.tensor, rows=t and not p.coo)
              for p, n, t in zip(parts, names, through, strict=True)]
     start = time.perf_counter()
     if check:
-        step.stats.append(SyncStats())
-        step.sparse.append(False)
-        comm.traffic = step.stats[-1].traffic
+        meta = SyncStats()
+        step.parts.append((meta, False))
+        comm.traffic = meta.traffic
         check_parts([(g, tuple(p.tensor.shape), n) for g, p, n in zip(grads, parts, names, strict=True)], comm,
                     check_finite=state.nonfinite == "raise")
     pending, result = [], buffer
     for part, grad, scheme_path in zip(parts, grads, through, strict=True):
         stats = SyncStats()
-        step.stats.append(stats)
-        step.sparse.append(part.sparse)
+        step.parts.append((stats, part.sparse))
         if scheme_path:
             out, _ = run(scheme, part.tensor, grad, comm, None if part.coo else part.tensor, divisor,
                          sparse_result=part.coo, stats=stats)
@@ -195,7 +219,7 @@ def _sync_bucket(state: ZenHookState, comm: DistComm, buffer: torch.Tensor, part
         else:
             pending.append(_dense_part(comm, part.tensor, divisor, stats, step, start))
         start = time.perf_counter()
-    settle(done, result, pending, on_error=state.worker.poison if state.asynchronous else lambda exc: None)
+    settle(done, result, pending, on_error=state._fault.record)
 
 
 def _dense_part(comm: DistComm, tensor: torch.Tensor, divisor: int, stats: SyncStats, step: StepRecord,

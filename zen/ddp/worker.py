@@ -4,8 +4,9 @@ DDP calls the hook from the autograd thread as buckets become ready, in the same
 waits for the futures only at the end of backward. A job per bucket runs here, first in first out, so
 the collectives of all buckets are issued in the same order on every rank (a process group matches
 collectives by order), while backward goes on computing. The first failure other than bad input
-(a timeout, a dead peer) poisons the worker: a half-finished exchange leaves the group out of step, so
-every later job fails at once with that first error instead of pairing with stale messages.
+(a timeout, a dead peer) is a `Fault` of the whole hook: a half-finished exchange leaves the groups out of
+step, so every later job of every lane fails at once with that first error instead of pairing with stale
+messages.
 """
 
 from __future__ import annotations
@@ -22,24 +23,41 @@ from zen.types import ZenCommError, ZenInputError
 Job = Callable[[], None]
 
 
+class Fault:
+    """The first communication failure of a hook, shared by its lanes: after it every lane fails at once."""
+
+    def __init__(self) -> None:
+        self.failure: BaseException | None = None
+
+    def record(self, exc: BaseException) -> None:
+        if self.failure is None and not isinstance(exc, ZenInputError):
+            self.failure = exc
+
+
 class CommWorker:
     """A daemon thread that runs submitted jobs one at a time, in submission order."""
 
-    def __init__(self, name: str = "zen-comm", setup: Callable[[], None] | None = None):
+    def __init__(self, name: str = "zen-comm", setup: Callable[[], None] | None = None, fault: Fault | None = None):
         self._jobs: queue.SimpleQueue[tuple[Job, torch.futures.Future] | None] = queue.SimpleQueue()
         self._setup = setup
-        self.failure: BaseException | None = None
+        self.fault = fault or Fault()
+        self._pending = 0  # submitted jobs not finished yet
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, job: Job, done: torch.futures.Future) -> None:
-        """Run `job` after every job submitted before it; a job that raises fails `done` with its error."""
-        self._jobs.put((job, done))
-
-    def poison(self, exc: BaseException) -> None:
-        """Remember the first communication failure; every later job fails with it."""
-        if self.failure is None and not isinstance(exc, ZenInputError):
-            self.failure = exc
+    def submit(self, job: Job, done: torch.futures.Future, inline_if_idle: bool = False) -> None:
+        """Run `job` after every job submitted before it; a job that raises fails `done` with its error.
+        `inline_if_idle`: when no job is pending, run it right here instead (the same order, without a
+        thread hand-off: worth it for a step's last bucket, which has no backward left to overlap)."""
+        with self._lock:
+            inline = inline_if_idle and self._pending == 0
+            if not inline:
+                self._pending += 1
+        if inline:
+            self._run(job, done)
+        else:
+            self._jobs.put((job, done))
 
     def stop(self) -> None:
         self._jobs.put(None)
@@ -49,16 +67,20 @@ class CommWorker:
         if self._setup is not None:
             self._setup()
         while (item := self._jobs.get()) is not None:
-            job, done = item
-            if self.failure is not None:
-                _fail(done, ZenCommError(f"zen: an earlier synchronization failed on this rank, so the process "
-                                         f"group is out of step; re-create it. First failure: {self.failure}"))
-                continue
-            try:
-                job()
-            except BaseException as exc:  # noqa: BLE001 - every error must reach DDP through the future
-                self.poison(exc)
-                _fail(done, exc)
+            self._run(*item)
+            with self._lock:
+                self._pending -= 1
+
+    def _run(self, job: Job, done: torch.futures.Future) -> None:
+        if self.fault.failure is not None:
+            _fail(done, ZenCommError(f"zen: an earlier synchronization failed on this rank, so the process "
+                                     f"group is out of step; re-create it. First failure: {self.fault.failure}"))
+            return
+        try:
+            job()
+        except BaseException as exc:  # noqa: BLE001 - every error must reach DDP through the future
+            self.fault.record(exc)
+            _fail(done, exc)
 
 
 def _fail(done: torch.futures.Future, exc: BaseException) -> None:
