@@ -63,12 +63,14 @@ def zipf_ids(gen: torch.Generator, rows: int, shape: tuple[int, ...], s: float =
 
 
 def train(hook: str, sparse: bool, steps: int = 30, warmup: int = 5, rows: int = 200_000, dim: int = 64,
-          batch: int = 512, history: int = 20, seed: int = 0, model_name: str = "recommender") -> dict[str, Any]:
-    """Train `steps` steps; returns step times (s), losses and a parameter checksum (same on every rank)."""
+          batch: int = 512, history: int = 20, seed: int = 0, model_name: str = "recommender",
+          device: str = "cpu") -> dict[str, Any]:
+    """Train `steps` steps; returns step times (s), losses and a parameter checksum (same on every rank).
+    `device="cuda"` trains on the GPU with gloo moving CUDA tensors (ranks may share one GPU)."""
     rank = dist.get_rank()
     torch.manual_seed(seed)
-    model = Recommender(rows, dim, sparse) if model_name == "recommender" else DenseNet()
-    ddp = DDP(model)
+    model = (Recommender(rows, dim, sparse) if model_name == "recommender" else DenseNet()).to(device)
+    ddp = DDP(model, device_ids=[torch.device(device).index or 0] if device.startswith("cuda") else None)
     if hook != "ddp":
         state = zen.ZenHookState(scheme="zen" if hook == "zen" else "allreduce", sparse_params=model)
         ddp.register_comm_hook(state, zen.ddp_hook)
@@ -80,11 +82,15 @@ def train(hook: str, sparse: bool, steps: int = 30, warmup: int = 5, rows: int =
         hist = zipf_ids(gen, rows, (batch, history))
         target = (items < 100).float()
         inputs = (items, hist) if model_name == "recommender" else (torch.randn(64, 2048, generator=gen),)
+        inputs = tuple(x.to(device) for x in inputs)
+        target = target[: len(inputs[0])].to(device)
         start = time.perf_counter()
-        loss = nn.functional.binary_cross_entropy_with_logits(ddp(*inputs), target[: len(inputs[0])])
+        loss = nn.functional.binary_cross_entropy_with_logits(ddp(*inputs), target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if device != "cpu":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         losses.append(float(loss))
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))

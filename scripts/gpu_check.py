@@ -4,8 +4,9 @@
 Builds the CUDA extension, compares every kernel with the torch-op reference computed on the CPU
 (ZEN_NATIVE=0) on fresh random and adversarial inputs (index 0, last index, empty, full density,
 duplicates, -0.0 / NaN, full serial regions), runs whole zen-bp and zen-hc syncs (also in place) on
-CUDA tensors against CPU ones, then times the kernels at the paper's DeepFM size (214M elements, 5.2%
-density) and prints a short table last. Exit status: 0 all checks passed, 1 a check failed, 2 no CUDA.
+CUDA tensors against CPU ones and the DDP hook on CUDA tensors (2 gloo ranks sharing the GPU), then
+times the kernels at the paper's DeepFM size (214M elements, 5.2% density) and prints a short table last.
+Exit status: 0 all checks passed, 1 a check failed, 2 no CUDA.
 
     python scripts/gpu_check.py [--numel N] [--density D] [--json FILE]
 """
@@ -152,12 +153,30 @@ def check_simulate(dev: torch.device, g: torch.Generator) -> None:
             assert fast.bytes_received == ref.bytes_received == in_place.bytes_received, f"{scheme} bytes differ"
 
 
+def check_ddp_hook(dev: torch.device, g: torch.Generator) -> None:
+    """The DDP hook on CUDA tensors: 2 gloo ranks sharing the GPU train scripts/ddp_user_script.py's model with
+    dense and COO embeddings; the hook's loss curve and parameters match DDP's built-in allreduce."""
+    from zen.launch import spawn
+
+    scripts = str(Path(__file__).resolve().parent)
+    for sparse in (False, True):
+        runs = {hook: spawn("ddp_user_script:train", 2, {"hook": hook, "sparse": sparse, "steps": 8, "warmup": 2,
+                                                         "rows": 20_000, "device": "cuda"},
+                            timeout_s=300, env=lambda r: {"PYTHONPATH": scripts})
+                for hook in ("ddp", "zen")}
+        ref, ours = runs["ddp"], runs["zen"]
+        assert ours[0]["checksum"] == ours[1]["checksum"], "parameters differ across ranks"
+        diff = max(abs(a - b) for a, b in zip(ref[0]["losses"], ours[0]["losses"], strict=True))
+        assert diff <= 1e-4 * max(1.0, abs(ref[0]["losses"][0])), f"loss curve differs by {diff} (sparse={sparse})"
+
+
 CHECKS: list[tuple[str, Callable[[torch.device, torch.Generator], None]]] = [
     ("hash values + hierarchical hashing", check_hash),
     ("non-zero extraction", check_extract),
     ("S_j (server_rows)", check_server_rows),
     ("hash bitmap encode / decode / scatter", check_bitmap),
     ("zen-bp and zen-hc syncs (and in place), CUDA vs CPU reference", check_simulate),
+    ("DDP hook on CUDA tensors, 2 gloo ranks on one GPU, vs DDP's allreduce", check_ddp_hook),
 ]
 
 

@@ -47,7 +47,7 @@ def _unpack(buf: torch.Tensor, counts: Sequence[int], template: Message) -> Mess
         row_shape = tuple(like.shape[1:])
         itemsize = like.element_size()
         nbytes = int(count) * itemsize * math.prod(row_shape)
-        chunk = buf[offset : offset + nbytes]
+        chunk = buf[offset : offset + nbytes].to(like.device)  # from the wire's device to the message's
         if chunk.storage_offset() % itemsize:
             chunk = chunk.clone()
         out.append(chunk.view(like.dtype).view(int(count), *row_shape))

@@ -49,7 +49,8 @@ class DistComm(Communicator):
         return torch.stack(outs)
 
     def _all_to_all(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
-        send = torch.cat(bufs) if bufs else torch.empty(0, dtype=torch.uint8, device=self.device)
+        # on gloo the wire is host memory: CUDA payloads are staged there (and unpacked back, zen.comm.base)
+        send = torch.cat(bufs).to(self.device) if bufs else torch.empty(0, dtype=torch.uint8, device=self.device)
         recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=self.device)
         work = dist.all_to_all_single(
             recv, send, recv_sizes, [int(b.numel()) for b in bufs], group=self.group, async_op=True
@@ -69,7 +70,7 @@ class DistComm(Communicator):
             if recv_size:
                 works.append(dist.irecv(recv, self._peer(peer), group=self.group))
         if send is not None and send.numel():
-            works.append(dist.isend(send.contiguous(), self._peer(peer), group=self.group))
+            works.append(dist.isend(send.contiguous().to(self.device), self._peer(peer), group=self.group))
         for w in works:
             self._wait(w)
         return recv
