@@ -67,6 +67,7 @@ class TrainConfig:
     bucket_view: bool = True  # DDP's gradient_as_bucket_view: grads live in the buckets (no copy, less memory)
     check_every: int = 100  # the hook's cross-rank input check on steps 1-2, then every k-th; 0 no more
     asynchronous: bool = True  # the hook overlaps communication with backward
+    lanes: int = 2  # the hook's communication lanes (buckets in flight at once)
     interleave: bool = True  # one step of every scheme in turn (else one scheme after the other)
     log_every: int = 0  # progress line every k steps on rank 0; 0: about ten lines per run
     find_unused_parameters: bool = False
@@ -140,7 +141,7 @@ def setup(cfg: TrainConfig, scheme: str, device: torch.device) -> Trainee:
         ddp.register_comm_hook(None, noop_hook)
     elif scheme != NATIVE:
         state = ZenHookState(scheme=scheme, sparse_params=sparse, check_every=cfg.check_every,
-                             asynchronous=cfg.asynchronous)
+                             asynchronous=cfg.asynchronous, lanes=cfg.lanes)
         ddp.register_comm_hook(state, ddp_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=work.lr)
     torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)  # per-rank dropout streams, same for every scheme
@@ -345,6 +346,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "two steps, then every K-th; 0: no more (default 100)")
     parser.add_argument("--sync-hook", action="store_true",
                         help="synchronize each bucket inside the hook call (no overlap with backward; for A/B)")
+    parser.add_argument("--lanes", type=int, default=2, help="the hook's communication lanes (default 2)")
     parser.add_argument("--no-interleave", action="store_true",
                         help="train the schemes one after the other (one model in memory) instead of a step "
                              "of each in turn")
@@ -382,8 +384,8 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     warmup = min(3, args.steps // 2) if args.warmup is None else args.warmup
     if args.steps <= warmup or warmup < 0:
         raise ValueError(f"--steps ({args.steps}) must exceed --warmup ({warmup}) >= 0")
-    if args.check_every < 0 or args.log_every < 0:
-        raise ValueError("--check-every and --log-every must be >= 0")
+    if args.check_every < 0 or args.log_every < 0 or args.lanes < 1:
+        raise ValueError("--check-every and --log-every must be >= 0, --lanes >= 1")
     if args.bandwidth and torchrun:
         raise ValueError("--bandwidth emulates a cluster on one machine; under torchrun the network is real")
     if args.bandwidth:
@@ -398,7 +400,7 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
         workload=args.workload, preset=args.preset, schemes=schemes, world_size=world, steps=args.steps,
         warmup=warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, bucket_view=not args.no_bucket_view,
         check_every=args.check_every,
-        asynchronous=not args.sync_hook, interleave=not args.no_interleave, log_every=args.log_every,
+        asynchronous=not args.sync_hook, lanes=args.lanes, interleave=not args.no_interleave, log_every=args.log_every,
         find_unused_parameters=args.find_unused_parameters, backend=backend,
         out=str(Path(args.out or Path("results", "train", f"{run_name}.json")).resolve()),
         wandb_mode=args.wandb_mode or os.environ.get("WANDB_MODE") or "offline",

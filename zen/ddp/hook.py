@@ -116,10 +116,8 @@ class ZenHookState:
             raise ZenInputError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
-        scheme = self._make_schemes()[self.scheme]  # unknown names and bad options fail here, not in backward
-        dense = not getattr(scheme, "sparse_input", True)
-        params = None if self.sparse_params is None or dense else embedding_params(self.sparse_params)
-        self._router = BucketRouter(params)  # a dense scheme gets each bucket whole: one all-reduce, as DDP's
+        self._make_schemes()  # unknown names and bad options fail here, not inside backward
+        self._router = BucketRouter(None if self.sparse_params is None else embedding_params(self.sparse_params))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
