@@ -234,7 +234,8 @@ def test_training_on_the_emulated_cluster_matches_loopback(tmp_path):
     assert shaped["config"]["bandwidth"] == "200mbit" and loop["config"]["bandwidth"] is None
     for a, b in zip(shaped["runs"], loop["runs"], strict=True):
         assert a["steps"]["loss"] == b["steps"]["loss"]
-        assert a["summary"]["bytes_received_per_step"] == b["summary"]["bytes_received_per_step"]
+        if a["summary"]["zen_choice"] == b["summary"]["zen_choice"]:  # zen picks BP or HC by measured time
+            assert a["summary"]["bytes_received_per_step"] == b["summary"]["bytes_received_per_step"]
 
 
 def test_bandwidth_is_refused_under_torchrun_and_checked(capsys, monkeypatch):
