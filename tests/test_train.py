@@ -118,7 +118,7 @@ def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     s = runs["zen"]["summary"]
     assert s["comm_exposed_s_lo"] <= s["comm_exposed_s"] <= s["comm_exposed_s_hi"]
     assert s["samples_per_s"] == pytest.approx(BATCH * world_size / s["iter_s_median"])
-    assert runs["zen"]["summary"]["zen_choice"] in ("bp", "hc")
+    assert set(runs["zen"]["summary"]["zen_choice"].split(",")) <= {"bp", "hc"}  # per part (lanes choose apart)
 
 
 class FakeBucket:
