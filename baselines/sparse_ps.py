@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from zen import encoding
 from zen.comm.base import Communicator
+from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.output import Output
 from zen.prediction import count_meta
@@ -68,7 +68,7 @@ class SparseParameterServer:
         out.zero()
         add_messages(out.buffer, received)
         members = torch.arange(bounds[r], bounds[r + 1], device=grad.device)
-        message, stats.server_count = encoding.encode("coo", out.buffer, members, grad.index_dtype())
+        message, stats.server_count = get_encoding("coo").encode(out.buffer, members, grad.index_dtype())
         for j, (rows, vals) in enumerate(comm.all_gather_v(message, phase="pull")):
             if j != r:
                 put_rows(out.buffer, rows, vals)

@@ -24,12 +24,14 @@ from pathlib import Path
 import torch
 
 import zen
-from zen import encoding, hashing, native
+from zen import hashing, native
+from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.native import bench
 from zen.native.build import load_extension
 
 CPU = torch.device("cpu")
+HASH_BITMAP = get_encoding("hash_bitmap")
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -116,13 +118,13 @@ def check_bitmap(dev: torch.device, g: torch.Generator) -> None:
             for j in range(3):
                 for idx_dtype in (torch.int32, torch.int64):
                     mine = members[offsets[j] : offsets[j + 1]].to(idx_dtype)
-                    (payload, values), count = encoding.encode("hash_bitmap", out.to(dev), mine.to(dev), torch.int32)
+                    (payload, values), count = HASH_BITMAP.encode(out.to(dev), mine.to(dev), torch.int32)
                     with native.disabled():
-                        (ref_payload, ref_values), ref_count = encoding.encode("hash_bitmap", out, mine, torch.int32)
-                        ref_ids = encoding.decoder("hash_bitmap", M)(ref_payload, mine)
+                        (ref_payload, ref_values), ref_count = HASH_BITMAP.encode(out, mine, torch.int32)
+                        ref_ids = HASH_BITMAP.decode(ref_payload, mine, M)
                     assert count == ref_count and same_bits(payload, ref_payload), f"bitmap differs ({dtype}, M={M})"
                     assert same_bits(values, ref_values), f"encoded values differ ({dtype}, M={M})"
-                    ids = encoding.decoder("hash_bitmap", M)(payload, mine.to(dev))
+                    ids = HASH_BITMAP.decode(payload, mine.to(dev), M)
                     assert same_bits(ids, ref_ids), f"decode differs ({dtype}, M={M})"
                     got = torch.full((M, D), 7, dtype=dtype, device=dev)
                     assert native.scatter_hash_bitmap(got, payload, mine.to(dev), values)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -9,9 +11,18 @@ import zen
 from zen import costmodel
 from zen.bench.patterns import make_gradient
 from zen.comm.base import ring_chunk
+from zen.encodings import encodings, get_encoding
 from zen.hashing import HashFamily
+from zen.prediction import predict
+from zen.types import WireLayout
 
 IDX, VAL = 4, 4  # int32 row ids, fp32 values
+# One server's pull message for |S_j| = owned rows, nonzero of them non-zero, M rows in all (section 4).
+HAND_PAYLOAD = {
+    "hash_bitmap": lambda owned, nonzero, M: -(-owned // 8) + nonzero * VAL,
+    "coo": lambda owned, nonzero, M: nonzero * (IDX + VAL),
+    "bitmap": lambda owned, nonzero, M: -(-M // 8) + nonzero * VAL,
+}
 
 
 def grads(P: int, numel: int = 4099, density: float = 0.03, pattern: str = "random") -> list[torch.Tensor]:
@@ -50,8 +61,9 @@ def test_agsparse_bytes(P: int, pattern: str) -> None:
 
 @pytest.mark.parametrize("P", [2, 3, 4, 8])
 @pytest.mark.parametrize("pattern", ["random", "identical", "disjoint", "zipf"])
-@pytest.mark.parametrize("pull", ["hash_bitmap", "coo", "bitmap"])
+@pytest.mark.parametrize("pull", encodings())
 def test_bp_bytes(P: int, pattern: str, pull: str) -> None:
+    """Every registered encoding: measured pull = its payload_bytes on hash sets computed here."""
     ts = grads(P, pattern=pattern)
     M = ts[0].numel()
     sets = nonzero_sets(ts)
@@ -61,15 +73,33 @@ def test_bp_bytes(P: int, pattern: str, pull: str) -> None:
     server = HashFamily.from_seed(seed).h0(torch.arange(M), P).tolist()
     owned = [{i for i in range(M) if server[i] == j} for j in range(P)]
     push = [sum(len(sets[i] & owned[r]) for i in range(P) if i != r) * (IDX + VAL) for r in range(P)]
-    pull_payload = {
-        "hash_bitmap": lambda j: -(-len(owned[j]) // 8) + len(union & owned[j]) * VAL,
-        "coo": lambda j: len(union & owned[j]) * (IDX + VAL),
-        "bitmap": lambda j: -(-M // 8) + len(union & owned[j]) * VAL,
-    }[pull]
-    pulls = [sum(pull_payload(j) for j in range(P) if j != r) for r in range(P)]
+    encoding, layout = get_encoding(pull), WireLayout(P, M)
+    payload = [encoding.payload_bytes(len(owned[j]), len(union & owned[j]), layout) for j in range(P)]
+    pulls = [sum(payload[j] for j in range(P) if j != r) for r in range(P)]
     assert res.phases["push"] == push
     assert res.phases["pull"] == pulls
     assert res.phases["meta"] == [validation_meta(P) + 2 * (P - 1) * 2 * 8] * P
+
+
+@pytest.mark.parametrize(("pull", "hand"), HAND_PAYLOAD.items())
+def test_builtin_payload_bytes(pull: str, hand: Callable[[int, int, int], int]) -> None:
+    M = 1001
+    for owned, nonzero in [(0, 0), (1, 0), (1, 1), (8, 3), (9, 9), (250, 17), (M, M)]:
+        assert get_encoding(pull).payload_bytes(owned, nonzero, WireLayout(4, M)) == hand(owned, nonzero, M)
+
+
+@pytest.mark.parametrize("pull", encodings())
+def test_bp_closed_form_pull(pull: str) -> None:
+    """The cost model's pull bytes of every registered encoding are the mean exact prediction, up to the
+    hash partitions' imbalance (gamma from the actual union)."""
+    P, M, nnz = 8, 1 << 16, 2000
+    gen = torch.Generator().manual_seed(5)
+    sets = [torch.randperm(M, generator=gen)[:nnz].sort().values for _ in range(P)]
+    union = torch.unique(torch.cat(sets)).numel()
+    exact = predict("zen-bp", sets, WireLayout(P, M, seed=9), pull=pull)
+    mean = sum(phases["pull"] for phases in exact) / P
+    w = costmodel.Workload(n=P, rows=M, density=nnz / M, gamma=lambda m: union / nnz)
+    assert get_encoding(pull).pull_bytes(w, union) == pytest.approx(mean, rel=0.02)
 
 
 @pytest.mark.parametrize("P", [2, 4, 8])

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
-from zen import encoding, native
-from zen.encoding import pack_bits, unpack_bits
+from zen import native
+from zen.encodings import encodings, get_encoding, nonzero_rows, pack_bits, unpack_bits
 from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
 
 
@@ -102,7 +104,7 @@ def test_server_ranks_are_positions_in_s_j(M: int, n: int) -> None:
         assert torch.equal(positions.long(), torch.arange(mine.numel()))
 
 
-@pytest.mark.parametrize("pull", encoding.ENCODINGS)
+@pytest.mark.parametrize("pull", encodings())
 @pytest.mark.parametrize(("M", "n", "D"), [(997, 3, 1), (5003, 4, 1), (61, 5, 7), (20_011, 8, 3)])
 def test_encode_rows_matches_scan(pull: str, M: int, n: int, D: int) -> None:
     """The sparse encode (from a server's non-zero rows) sends exactly the bytes of the full scan of S_j,
@@ -119,14 +121,38 @@ def test_encode_rows_matches_scan(pull: str, M: int, n: int, D: int) -> None:
         out[rows[: k // 3].long()] = 0.0
         out[rows[k // 3 : k // 2].long()] = -0.0
         nonzero = rows[out[rows.long()].ne(0).any(1)]
-        got = encoding.encode_rows(pull, nonzero, out[nonzero.long()], mine, M, server_ranks(M, n, fam, out.device, j),
-                                   torch.int32)
+        enc = get_encoding(pull)
+        positions = server_ranks(M, n, fam, out.device, j)
+        got = enc.encode_rows(nonzero, out[nonzero.long()], mine, M, positions, torch.int32)
         for use_native in (True, False):
             if use_native:
-                ref = encoding.encode(pull, out, mine, torch.int32)
+                ref = enc.encode(out, mine, torch.int32)
             else:
                 with native.disabled():
-                    ref = encoding.encode(pull, out, mine, torch.int32)
+                    ref = enc.encode(out, mine, torch.int32)
             assert got[1] == ref[1]
             for a, b in zip(got[0], ref[0], strict=True):
                 assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("pull", encodings())
+@pytest.mark.parametrize(("M", "n", "D"), [(997, 3, 1), (61, 5, 7)])
+def test_decode_and_scatter_invert_encode(pull: str, M: int, n: int, D: int) -> None:
+    """decode gives the encoded rows, ascending, and scatter (the GPU pull's write) puts the values at
+    exactly those rows, with native kernels and with the torch-op path."""
+    fam = HashFamily.from_seed(M)
+    g = torch.Generator().manual_seed(M + 1)
+    members, offsets = server_rows(M, n, fam, torch.device("cpu"))
+    out = torch.randn(M, D, generator=g) * (torch.rand(M, 1, generator=g) < 0.3)
+    enc = get_encoding(pull)
+    for j in range(n):
+        mine = members[offsets[j]:offsets[j + 1]]
+        (payload, values), _ = enc.encode(out, mine, torch.int32)
+        want_rows = mine[nonzero_rows(out[mine.long()])].long()
+        for mode in (contextlib.nullcontext(), native.disabled()):
+            got = torch.full_like(out, 9.0)
+            with mode:
+                rows = enc.decode(payload, mine, M)
+                enc.scatter(got, payload, mine, values, M)
+            assert torch.equal(rows.long(), want_rows)
+            assert torch.equal(got, torch.full_like(out, 9.0).index_copy_(0, want_rows, values))

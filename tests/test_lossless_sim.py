@@ -10,10 +10,12 @@ import torch
 import zen
 from zen import native
 from zen.bench.reference import matches_reference, reference_sum
+from zen.encodings import encodings
 
 from .cases import CASES
 
 SCHEMES = zen.schemes()
+ENCODINGS = encodings()
 
 
 def check(scheme: str, case: str, P: int, dtype: torch.dtype, **options: object) -> zen.SimResult:
@@ -48,7 +50,7 @@ def test_lossless_world_sizes(scheme: str, P: int) -> None:
         check(scheme, case, P, torch.float32)
 
 
-@pytest.mark.parametrize("pull", ["hash_bitmap", "coo", "bitmap"])
+@pytest.mark.parametrize("pull", ENCODINGS)
 @pytest.mark.parametrize("P", [1, 3, 8])
 def test_bp_pull_encodings(pull: str, P: int) -> None:
     for case in ("random", "full", "coo", "edges"):
@@ -78,7 +80,7 @@ def test_selector_picks_hc_for_disjoint_tiny_density_and_bp_for_overlap() -> Non
     assert zen.simulate("zen", overlapping, warmup=2).stats[0].choice == "bp"
 
 
-@pytest.mark.parametrize("pull", ["hash_bitmap", "coo", "bitmap"])
+@pytest.mark.parametrize("pull", ENCODINGS)
 def test_bp_compact_and_dense_paths_agree(pull: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """BP's compact path (sum over the received ids, encode from them; forced on) and its dense path
     (sum into `out`, scan S_r; forced on) give the same outputs and bytes, including rows whose sum

@@ -5,27 +5,27 @@ from __future__ import annotations
 
 import torch
 
-from zen import encoding, native
 from zen.comm.base import Communicator
+from zen.encodings import Message, get_encoding, nonzero_rows
 from zen.grad import LocalGrad
 from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
 from zen.output import Output
 from zen.prediction import count_meta
 from zen.registry import register_scheme
-from zen.rows import add_messages, add_rows, put_rows, take_rows
+from zen.rows import add_messages, add_rows, take_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout
 
 COMPACT_RATIO = 10  # compact path when received ids <= |S_r| / 10 (CPU crossover measured near / 8)
 
 
-def _compact_sum(received: list[encoding.Message], width: int) -> encoding.Message:
+def _compact_sum(received: list[Message], width: int) -> Message:
     """(ascending distinct ids, their non-zero sums) of the received messages. The sums are added message
     by message in rank order from zero, the same float operations as add_messages into a zeroed `out`."""
     rows, inverse = torch.unique(torch.cat([index for index, _ in received]), sorted=True, return_inverse=True)
     sums = received[0][1].new_zeros((rows.numel(), width))
     add_messages(sums, list(zip(inverse.split([int(index.numel()) for index, _ in received]),
                                 [values for _, values in received], strict=True)))
-    mask = encoding.nonzero_rows(sums)
+    mask = nonzero_rows(sums)
     if not bool(mask.all()):  # sums that cancelled to exactly zero are not sent
         rows, sums = rows[mask], sums[mask]
     return rows, sums
@@ -38,8 +38,7 @@ class BalancedParallelism:
     sparse_input = True
 
     def __init__(self, pull: str = "hash_bitmap", k: int = 3, r1_factor: float = 2.0, r2_ratio: float = 0.1):
-        if pull not in encoding.ENCODINGS:
-            raise ValueError(f"unknown pull encoding {pull!r}; choose one of {', '.join(encoding.ENCODINGS)}")
+        self.encoding = get_encoding(pull)  # ValueError listing the choices
         if k < 1 or r1_factor <= 0 or r2_ratio <= 0:
             raise ValueError("need k >= 1, r1_factor > 0 and r2_ratio > 0")
         self.pull = pull
@@ -54,7 +53,7 @@ class BalancedParallelism:
         self.pull_back(grad, comm, out, family, message, own)
 
     def push(self, grad: LocalGrad, comm: Communicator, stats: SyncStats,
-             family: HashFamily) -> list[encoding.Message]:
+             family: HashFamily) -> list[Message]:
         """Partition this rank's non-zeros, send each partition to its server; returns the (row ids,
         values) every rank pushed to us, in rank order (ours included)."""
         index, values = grad.rows()
@@ -69,8 +68,8 @@ class BalancedParallelism:
         return comm.all_to_all_v(messages, phase="push")
 
     def aggregate(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats,
-                  family: HashFamily, received: list[encoding.Message]
-                  ) -> tuple[encoding.Message, encoding.Message | None]:
+                  family: HashFamily, received: list[Message]
+                  ) -> tuple[Message, Message | None]:
         """Sum what was pushed to us, message by message in rank order, and encode it for the pull.
 
         Only the received ids can be non-zero in our partition. On CPU, when they are few next to |S_r|,
@@ -85,25 +84,25 @@ class BalancedParallelism:
         if not out.rows_wanted and (grad.device.type != "cpu" or candidates * COMPACT_RATIO > mine.numel()):
             out.zero()
             add_messages(out.buffer, received)
-            message, stats.server_count = encoding.encode(self.pull, out.buffer, mine, grad.index_dtype())
+            message, stats.server_count = self.encoding.encode(out.buffer, mine, grad.index_dtype())
             return message, None
         rows, sums = _compact_sum(received, grad.row_width)
         positions = server_ranks(grad.num_rows, comm.world_size, family, grad.device, r)
-        message, stats.server_count = encoding.encode_rows(self.pull, rows, sums, mine, grad.num_rows,
-                                                           positions, grad.index_dtype())
+        message, stats.server_count = self.encoding.encode_rows(rows, sums, mine, grad.num_rows, positions,
+                                                                grad.index_dtype())
         return message, (rows, sums)
 
     def pull_back(self, grad: LocalGrad, comm: Communicator, out: Output, family: HashFamily,
-                  message: encoding.Message, own: encoding.Message | None) -> None:
+                  message: Message, own: Message | None) -> None:
         """Ship our encoded partition to everyone and hand every partition's rows to `out`: on CPU (and for
         a rows output) as the decoded (ascending) row sets, which a dense output streams in one pass; on
         GPUs our rows (`own`, unless the buffer holds them) and the others' partitions scattered into it."""
         n, r = comm.world_size, comm.rank
         members, offsets = server_rows(grad.num_rows, n, family, grad.device)
-        decode = encoding.decoder(self.pull, grad.num_rows)
+        decode, M = self.encoding.decode, grad.num_rows
         gathered = comm.all_gather_v(message, phase="pull")
         if grad.device.type == "cpu" or out.rows_wanted:
-            sets = [(decode(payload, members[offsets[j] : offsets[j + 1]]), values)
+            sets = [(decode(payload, members[offsets[j] : offsets[j + 1]], M), values)
                     if j != r or own is None else own for j, (payload, values) in enumerate(gathered)]
             out.write(sets, disjoint=True)  # partitions are disjoint: each row is 0 + its sum, exactly the sum
             return
@@ -112,11 +111,8 @@ class BalancedParallelism:
             out.zero()
             add_rows(buffer, *own)
         for j, (payload, values) in enumerate(gathered):
-            rows_j = members[offsets[j] : offsets[j + 1]]
-            if j == r:
-                continue
-            if not (self.pull == "hash_bitmap" and native.scatter_hash_bitmap(buffer, payload, rows_j, values)):
-                put_rows(buffer, decode(payload, rows_j), values)
+            if j != r:
+                self.encoding.scatter(buffer, payload, members[offsets[j] : offsets[j + 1]], values, M)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """push_r = sum_{i != r} |I_i ∩ S_r| coo_row; pull_r = sum_{j != r} payload_j (section 4)."""
@@ -128,12 +124,7 @@ class BalancedParallelism:
         union = torch.bincount(family.h0(torch.unique(torch.cat(sets)), P), minlength=P).tolist()
         _, offsets = server_rows(M, P, family, torch.device("cpu"))
         owned = [offsets[j + 1] - offsets[j] for j in range(P)]
-        values = [u * layout.width * layout.value_bytes for u in union]
-        payload = {
-            "hash_bitmap": [-(-owned[j] // 8) + values[j] for j in range(P)],
-            "coo": [union[j] * layout.coo_row for j in range(P)],
-            "bitmap": [-(-M // 8) + values[j] for j in range(P)],
-        }[self.pull]
+        payload = [self.encoding.payload_bytes(owned[j], union[j], layout) for j in range(P)]
         pushed_to = sent.sum(0).tolist()
         return [{"push": (pushed_to[r] - int(sent[r, r])) * layout.coo_row,
                  "pull": sum(payload) - payload[r], "meta": 2 * count_meta(P, 2)} for r in range(P)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-BITMAP_BYTES_PER_ROW = 1 / 8
+from zen.encodings import get_encoding
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,7 @@ def bp(w: Workload, pull: str = "hash_bitmap") -> Prediction:
     n = w.n
     share = (n - 1) / n
     push = share * w.nnz * w.coo_row
-    union = w.gamma(n) * w.nnz
-    if pull == "hash_bitmap":
-        pull_bytes = share * (w.rows * BITMAP_BYTES_PER_ROW + union * w.width * w.value_bytes)
-    elif pull == "bitmap":
-        pull_bytes = (n - 1) * w.rows * BITMAP_BYTES_PER_ROW + share * union * w.width * w.value_bytes
-    else:
-        pull_bytes = share * union * w.coo_row
+    pull_bytes = get_encoding(pull).pull_bytes(w, w.gamma(n) * w.nnz)
     return Prediction(push + pull_bytes, 2 * (n - 1))
 
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 import torch
 
 from zen import native
-from zen.encoding import set_bits
+from zen.encodings import set_bits
 
 MASK32 = 0xFFFFFFFF
 MAX_ROWS = 1 << 32

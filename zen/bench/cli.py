@@ -7,6 +7,7 @@ import argparse
 from zen.bench.harness import DTYPES, BenchConfig, run_bench
 from zen.bench.patterns import PATTERNS
 from zen.bench.report import json_lines, markdown, table, write_atomic
+from zen.encodings import encodings
 from zen.registry import schemes
 
 
@@ -25,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim-bandwidth-gbps", type=float, default=25.0, help="sim only: link rate for times")
     p.add_argument("--in-place", action="store_true",
                    help="output into the input buffer, as DDP's buckets are (refilled before each untimed barrier)")
-    p.add_argument("--pull", default=None, help="pull encoding for zen schemes (hash_bitmap, coo, bitmap)")
+    p.add_argument("--pull", default=None, help=f"pull encoding for zen schemes ({', '.join(encodings())})")
     p.add_argument("--json", default=None, help="write one JSON object per row to this file")
     p.add_argument("--markdown", default=None, help="write the table as markdown to this file")
 

@@ -1,7 +1,7 @@
 """Native C++ / CUDA kernels for the hot paths of balanced parallelism, loaded lazily.
 
 Non-zero extraction, hierarchical hashing (paper section 3), S_j and the hash bitmap (section 4) have
-torch-op reference implementations in zen.types / zen.hashing / zen.encoding, and the row-set kernels
+torch-op reference implementations in zen.types / zen.hashing / zen.encodings, and the row-set kernels
 (merge, scatter, streamed dense sum) in zen.rows / LocalGrad.write_result; these kernels produce the
 same results (same partition membership, same bytes, same bits) much faster. `get(device)` returns the compiled
 extension or None: ZEN_NATIVE=0 disables it, and a missing compiler or a failed build logs ONE warning

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from zen import encoding, hashing, native
+from zen import hashing, native
+from zen.encodings import get_encoding
 from zen.grad import LocalGrad
-from zen.rows import put_rows
 
 PAPER_NUMEL = 214_000_000  # DeepFM embedding gradient (section 6)
 PAPER_DENSITY = 0.052
@@ -141,17 +141,13 @@ class Bench:
                              repeats=min(self.args.repeats, 2)))
         members, offsets = hashing.server_rows(self.numel, n, self.family, self.device)
         mine = members[offsets[0] : offsets[1]]
-        message, count = encoding.encode("hash_bitmap", self.rows2d, mine, torch.int32)
+        hash_bitmap = get_encoding("hash_bitmap")
+        message, count = hash_bitmap.encode(self.rows2d, mine, torch.int32)
         rows.append(self.row("bitmap encode (Alg. 2)",
-                             lambda: encoding.encode("hash_bitmap", self.rows2d, mine, torch.int32), rows=count))
+                             lambda: hash_bitmap.encode(self.rows2d, mine, torch.int32), rows=count))
         out = torch.zeros_like(self.rows2d)
-        decode = encoding.decoder("hash_bitmap", self.numel)
-
-        def scatter() -> None:
-            if not native.scatter_hash_bitmap(out, message[0], mine, message[1]):
-                put_rows(out, decode(message[0], mine), message[1])
-
-        rows.append(self.row("bitmap decode + scatter", scatter, rows=count))
+        rows.append(self.row("bitmap decode + scatter",
+                             lambda: hash_bitmap.scatter(out, message[0], mine, message[1], self.numel), rows=count))
         return rows
 
     def sweep_rows(self, kind: str, values: tuple[float, ...]) -> list[dict[str, Any]]:

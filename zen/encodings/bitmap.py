@@ -1,0 +1,36 @@
+"""Plain bitmap pull, for the encoding study (paper section 4, Fig 17): one bit per row of the whole
+tensor from every server, n * M / 8 bitmap bytes per worker, plus the non-zero values."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from zen.encodings import Encoding, Positions, pack_bits, register_encoding, set_bits, unpack_bits
+from zen.types import WireLayout
+
+if TYPE_CHECKING:
+    from zen.costmodel import Workload
+
+
+@register_encoding("bitmap")
+class Bitmap(Encoding):
+    def scan_payload(self, mask: torch.Tensor, members: torch.Tensor, num_rows: int,
+                     index_dtype: torch.dtype) -> torch.Tensor:
+        full = torch.zeros(num_rows, dtype=torch.bool, device=members.device)
+        full[members[mask].long()] = True
+        return pack_bits(full)
+
+    def rows_payload(self, rows: torch.Tensor, members: torch.Tensor, num_rows: int, positions: Positions,
+                     index_dtype: torch.dtype) -> torch.Tensor:
+        return set_bits(rows.long(), num_rows)
+
+    def decode(self, payload: torch.Tensor, members: torch.Tensor, num_rows: int) -> torch.Tensor:
+        return unpack_bits(payload, num_rows).nonzero().view(-1)
+
+    def payload_bytes(self, owned: int, nonzero: int, layout: WireLayout) -> int:
+        return -(-layout.rows // 8) + nonzero * layout.width * layout.value_bytes
+
+    def pull_bytes(self, w: Workload, union: float) -> float:
+        return (w.n - 1) * w.rows / 8 + (w.n - 1) / w.n * union * w.width * w.value_bytes

@@ -1,0 +1,33 @@
+"""COO pull: the non-zero rows' ids plus their values (what Sparse PS sends; the push always uses it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from zen.encodings import Encoding, Positions, register_encoding
+from zen.types import WireLayout
+
+if TYPE_CHECKING:
+    from zen.costmodel import Workload
+
+
+@register_encoding("coo")
+class Coo(Encoding):
+    def scan_payload(self, mask: torch.Tensor, members: torch.Tensor, num_rows: int,
+                     index_dtype: torch.dtype) -> torch.Tensor:
+        return members[mask].to(index_dtype)
+
+    def rows_payload(self, rows: torch.Tensor, members: torch.Tensor, num_rows: int, positions: Positions,
+                     index_dtype: torch.dtype) -> torch.Tensor:
+        return rows.to(index_dtype)
+
+    def decode(self, payload: torch.Tensor, members: torch.Tensor, num_rows: int) -> torch.Tensor:
+        return payload
+
+    def payload_bytes(self, owned: int, nonzero: int, layout: WireLayout) -> int:
+        return nonzero * layout.coo_row
+
+    def pull_bytes(self, w: Workload, union: float) -> float:
+        return (w.n - 1) / w.n * union * w.coo_row
