@@ -55,8 +55,8 @@ import torch
 
 from baselines.sparse_ps import even_bounds
 from zen.comm.base import Communicator, Message
+from zen.fold import Fold
 from zen.grad import LocalGrad
-from zen.hc import fold_layout
 from zen.output import Output
 from zen.prediction import COUNT_BYTES
 from zen.registry import register_scheme
@@ -75,11 +75,6 @@ def split_ranges(rows: int, parts: int) -> list[tuple[int, int]]:
     """(lo, n) of the p' even contiguous ranges the split variants cut [0, M) into."""
     b = even_bounds(rows, parts)
     return [(b[j], b[j + 1] - b[j]) for j in range(parts)]
-
-
-def real_rank(vrank: int, extra: int) -> int:
-    """Real rank of a virtual rank after the fold."""
-    return 2 * vrank + 1 if vrank < extra else vrank + extra
 
 
 @dataclass
@@ -222,19 +217,19 @@ class Replay:
 
     def run(self, sets: list[torch.Tensor], variant: str) -> list[PhaseBytes]:
         """Fold, the variant on the p' vranks' streams X_v, unfold (as `SparCML.__call__`)."""
-        p2, extra = fold_layout(self.layout.world_size)
+        fold = Fold(self.layout.world_size)
         streams = [self.make(0, self.layout.rows, s) for s in sets]
-        ranks = [real_rank(v, extra) for v in range(p2)]
-        for r in ranks[:extra]:
-            self.receive(r, "fold", [streams[r - 1]])
-            streams[r] = self.merge(streams[r], streams[r - 1])
+        for sitter, holder in fold.pairs:
+            self.receive(holder, "fold", [streams[sitter]])
+            streams[holder] = self.merge(streams[holder], streams[sitter])
+        ranks = fold.active
         X = [streams[r] for r in ranks]
         if variant == "ssar_recursive_double":
             result = self.recursive_double(X, ranks)
         else:
             result = self.split_allgather(X, ranks, dense=variant == "dsar_split_allgather")
-        for r in range(0, 2 * extra, 2):
-            self.receive(r, "unfold", result)
+        for sitter, _ in fold.pairs:
+            self.receive(sitter, "unfold", result)
         return [dict(g) for g in self.got]
 
     def recursive_double(self, X: list[Support], ranks: list[int]) -> list[Support]:
@@ -278,25 +273,23 @@ class SparCML:
             counts = comm.all_gather_fixed(mine, phase="meta").view(-1).tolist()
             variant = choose_variant(counts, layout, self.small_bytes)
         stats.choice = variant
-        P, r = comm.world_size, comm.rank
-        p2, extra = fold_layout(P)
+        fold, r = Fold(comm.world_size), comm.rank
         split = variant != "ssar_recursive_double"
-        ranges = split_ranges(M, p2) if split else [(0, M)]
+        ranges = split_ranges(M, fold.p2) if split else [(0, M)]
         stream = ops.make(0, M, index, values)
-        if r < 2 * extra and r % 2 == 0:  # sits out: hand the stream over, get the result back
-            comm.sendrecv(r + 1, ops.encode([stream]), None, phase="fold")
-            result = ops.decode(comm.sendrecv(r + 1, None, ops.template(len(ranges)), "unfold"), ranges)
+        if fold.sits_out(r):  # hand the stream over, get the result back
+            comm.sendrecv(fold.partner(r), ops.encode([stream]), None, phase="fold")
+            result = ops.decode(comm.sendrecv(fold.partner(r), None, ops.template(len(ranges)), "unfold"), ranges)
         else:
-            if r < 2 * extra:
-                got = comm.sendrecv(r - 1, None, ops.template(1), phase="fold")
+            if fold.folded(r):
+                got = comm.sendrecv(fold.partner(r), None, ops.template(1), phase="fold")
                 stream = ops.merge(stream, ops.decode(got, [(0, M)])[0])
-            vrank = r // 2 if r < 2 * extra else r - extra
             if split:
-                result = self._split_allgather(ops, comm, stream, ranges, vrank, extra, variant)
+                result = self._split_allgather(ops, comm, stream, ranges, fold, fold.vrank(r), variant)
             else:
-                result = [self._recursive_double(ops, comm, stream, vrank, extra)]
-            if r < 2 * extra:
-                comm.sendrecv(r - 1, ops.encode(result), None, phase="unfold")
+                result = [self._recursive_double(ops, comm, stream, fold, fold.vrank(r))]
+            if fold.folded(r):
+                comm.sendrecv(fold.partner(r), ops.encode(result), None, phase="unfold")
         out.zero()
         for s in result:
             ops.write(out.buffer, s)
@@ -316,25 +309,23 @@ class SparCML:
                 phases["meta"] += (P - 1) * COUNT_BYTES
         return got
 
-    def _recursive_double(self, ops: StreamOps, comm: Communicator, stream: Stream, vrank: int,
-                          extra: int) -> Stream:
+    def _recursive_double(self, ops: StreamOps, comm: Communicator, stream: Stream, fold: Fold,
+                          vrank: int) -> Stream:
         """SSAR_Recursive_double: round r sums the streams of two blocks of 2^r vranks."""
-        p2 = fold_layout(comm.world_size)[0]
-        for level in range(p2.bit_length() - 1):
-            peer = real_rank(vrank ^ (1 << level), extra)
-            got = comm.sendrecv(peer, ops.encode([stream]), ops.template(1), phase="reduce")
+        for level in range(fold.levels):
+            got = comm.sendrecv(fold.peer(vrank, level), ops.encode([stream]), ops.template(1), phase="reduce")
             stream = ops.merge(stream, ops.decode(got, [(stream.lo, stream.n)])[0])
         return stream
 
     def _split_allgather(self, ops: StreamOps, comm: Communicator, stream: Stream,
-                         ranges: list[tuple[int, int]], vrank: int, extra: int, variant: str) -> list[Stream]:
+                         ranges: list[tuple[int, int]], fold: Fold, vrank: int, variant: str) -> list[Stream]:
         """Split reduce-scatter to the owner of each range, then a recursive-doubling allgather."""
-        p2 = len(ranges)
+        p2 = fold.p2
         pieces = [ops.cut(stream, lo, n) for lo, n in ranges]
         received = {vrank: pieces[vrank]}
         for step in range(1, p2):
             peer = vrank ^ step
-            got = comm.sendrecv(real_rank(peer, extra), ops.encode([pieces[peer]]), ops.template(1),
+            got = comm.sendrecv(fold.real(peer), ops.encode([pieces[peer]]), ops.template(1),
                                 phase="reduce_scatter")
             received[peer] = ops.decode(got, [ranges[vrank]])[0]
         mine = received[0]
@@ -344,11 +335,11 @@ class SparCML:
             mine = ops.densify(mine)
         slices: list[Stream | None] = [None] * p2
         slices[vrank] = mine
-        for level in range(p2.bit_length() - 1):
+        for level in range(fold.levels):
             size = 1 << level
             own = (vrank >> level) << level
             theirs = own ^ size
-            got = comm.sendrecv(real_rank(vrank ^ size, extra), ops.encode(slices[own : own + size]),
+            got = comm.sendrecv(fold.peer(vrank, level), ops.encode(slices[own : own + size]),
                                 ops.template(size), phase="allgather")
             slices[theirs : theirs + size] = ops.decode(got, ranges[theirs : theirs + size])
         return slices

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zen.encodings import get_encoding
+from zen.fold import Fold
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,10 @@ def bp(w: Workload, pull: str = "hash_bitmap") -> Prediction:
 
 def hc(w: Workload) -> Prediction:
     """Hierarchical Centralization: sum_i gamma^(2^(i-1)) * M * d_G COO rows, plus fold/unfold."""
-    p2 = 1 << (w.n.bit_length() - 1)
-    levels = p2.bit_length() - 1
-    rows = sum(w.gamma(1 << i) for i in range(levels)) * w.nnz
-    messages = levels
-    if p2 != w.n:  # folded ranks add one hop in and one out (a rank sees at most one of them)
+    fold = Fold(w.n)
+    rows = sum(w.gamma(1 << i) for i in range(fold.levels)) * w.nnz
+    messages = fold.levels
+    if fold.extra:  # folded ranks add one hop in and one out (a rank sees at most one of them)
         rows += w.gamma(w.n) * w.nnz
         messages += 1
     return Prediction(rows * w.coo_row, messages)
@@ -103,10 +103,10 @@ def omnireduce(w: Workload, block: int = 256) -> Prediction:
 
 def sparcml(w: Workload) -> Prediction:
     """SSAR recursive doubling with the dense switch: each round's stream is capped at dense size."""
-    p2 = 1 << (w.n.bit_length() - 1)
+    levels = Fold(w.n).levels
     dense = w.rows * w.width * w.value_bytes
-    rows = [min(w.gamma(1 << i) * w.nnz * w.coo_row, dense) for i in range(p2.bit_length() - 1)]
-    return Prediction(sum(rows), p2.bit_length() - 1)
+    rows = [min(w.gamma(1 << i) * w.nnz * w.coo_row, dense) for i in range(levels)]
+    return Prediction(sum(rows), levels)
 
 
 def bp_without_index(w: Workload) -> Prediction:
