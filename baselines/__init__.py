@@ -1,3 +1,8 @@
-"""Baseline synchronization schemes, each self-registering into zen's scheme registry."""
+"""Baseline synchronization schemes, each one self-registering file: importing the package imports every module
+in it, so a new baseline is one new file here (docs/CONTRIBUTING.md, "Adding a scheme")."""
 
-from baselines import agsparse, allreduce, omnireduce, sparcml, sparse_ps  # noqa: F401  (self-registration)
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -49,6 +49,13 @@ def workload_names() -> list[str]:
     return sorted(_BUILDERS)
 
 
+def builtin_workloads() -> list[str]:
+    """The workloads this package's own modules register (a plugin module, e.g. `zen train --plugin`, or a
+    test may register more): what the tests run every workload test on."""
+    names = workload_names()
+    return [n for n in names if _BUILDERS[n].__module__.startswith(f"{__package__}.")]
+
+
 def build_workload(name: str, preset: str = "tiny", seed: int = 0) -> Workload:
     """Build a registered workload; unknown names and presets raise ValueError listing the choices."""
     names = workload_names()

@@ -1,14 +1,19 @@
 """The one door to the network: every scheme talks through a Communicator, which counts bytes.
 
 Messages are tuples of tensors whose first dimension varies per rank; each message travels as one
-packed byte buffer so a scheme phase costs one payload collective plus one fixed-size metadata
-collective for the per-tensor row counts. Backends only move bytes (`_all_to_all`, ...); the
-accounting lives here, so the simulated group and torch.distributed count identically.
+packed byte buffer, so a scheme phase costs one payload collective plus one small metadata exchange of
+the per-tensor row counts. Backends (zen.comm.sim, zen.comm.dist) only move bytes (`_all_reduce`,
+`_all_reduce_async`, `_all_gather`, `_all_to_all`, `_all_gather_bytes`, `_sendrecv`); the accounting
+lives here, in the counted collectives, so the simulated group and torch.distributed count identically.
 
-Byte conventions (what a rank sends to and receives from the others, never from itself):
-- all_to_all_v / all_gather_v / exchange / send: exact payload bytes; the row counts that precede
-  them are counted under the phase "meta".
-- all_reduce: the ring algorithm's payload, 2 * (numel - own chunk) * itemsize each way.
+Byte conventions (what a rank sends to and receives from the others, never from itself), added to
+`traffic` under the caller's phase:
+- all_to_all_v / all_gather_v / sendrecv: exact payload bytes; the row counts that precede them are
+  counted under the phase "meta".
+- all_gather_fixed: (world_size - 1) * the tensor's bytes each way (phase "meta" unless given;
+  shared_seed's under "setup").
+- all_reduce / all_reduce_async: the ring algorithm's payload, 2 * (numel - own chunk) * itemsize each
+  way (the async one counts when it is issued).
 """
 
 from __future__ import annotations

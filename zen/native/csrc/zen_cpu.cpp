@@ -36,6 +36,17 @@ namespace {
 using at::Tensor;
 using zen::Family;
 
+// The checks and dispatch of zen_common.h, for CPU tensors.
+constexpr c10::DeviceType kDevice = c10::DeviceType::CPU;
+using zen::as_rows;
+using zen::check_payload;
+using zen::family_of;
+using zen::with_bits;
+using zen::with_index;
+
+// ---------------------------------------------------------------------------------------------------
+// Work splitting: ordered chunks for at::parallel_for, prefix sums, partition-major cursors.
+
 constexpr int64_t kGrain = 1 << 15;         // smallest unit of work worth a task (rows, slots or bytes)
 constexpr int64_t kPrefetchBytes = 4096;  // how far ahead the flat scan prefetches
 
@@ -86,31 +97,6 @@ std::vector<int64_t> chunk_cursors(const std::vector<int64_t>& hist, int64_t chu
   }
   offsets[n] = acc;
   return cursor;
-}
-
-Family family_of(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  TORCH_CHECK(!a.empty() && a.size() == b.size() && a.size() <= static_cast<size_t>(zen::kMaxLevels),
-              "zen native: need 1..", zen::kMaxLevels, " hash levels, got ", a.size());
-  return zen::make_family(a, b);
-}
-
-// Calls f(Bits{}) with the unsigned integer type of the tensor's element width.
-template <typename F>
-auto with_bits(const Tensor& t, F f) {
-  TORCH_CHECK(at::isFloatingType(t.scalar_type()), "zen native: values must be floating point, got ",
-              t.scalar_type());
-  const auto size = t.element_size();
-  TORCH_CHECK(size == 2 || size == 4 || size == 8, "zen native: unsupported element size ", size);
-  if (size == 2) return f(uint16_t{});
-  if (size == 4) return f(uint32_t{});
-  return f(uint64_t{});
-}
-
-template <typename F>
-auto with_index(const Tensor& t, F f) {
-  if (t.scalar_type() == at::kInt) return f(int32_t{});
-  TORCH_CHECK(t.scalar_type() == at::kLong, "zen native: indices must be int32 or int64, got ", t.scalar_type());
-  return f(int64_t{});
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -239,12 +225,6 @@ inline bool row_nonzero(const Bits* row, int64_t D, Bits mask) {
   return (acc & mask) != 0;
 }
 
-Tensor as_rows(const Tensor& t) {
-  TORCH_CHECK(t.dim() == 2, "zen native: expected an (M, D) tensor, got ", t.dim(), " dims");
-  TORCH_CHECK(t.device().is_cpu(), "zen native (CPU): tensor is on ", t.device());
-  return t.contiguous();
-}
-
 // ---------------------------------------------------------------------------------------------------
 // Non-zero rows of a dense (M, D) block: ascending row ids (int64) and their rows; equals
 // mask.nonzero() + index_select of LocalGrad.rows().
@@ -299,9 +279,9 @@ std::tuple<Tensor, Tensor> nonzero_flat(const Tensor& dense) {
 }
 
 std::tuple<Tensor, Tensor> nonzero_rows(const Tensor& dense_in) {
-  const Tensor dense = as_rows(dense_in);
+  const Tensor dense = as_rows<kDevice>(dense_in);
   const int64_t M = dense.size(0), D = dense.size(1);
-  return with_bits(dense, [&](auto tag) {
+  return with_bits<kDevice>(dense, [&](auto tag) {
     using Bits = decltype(tag);
     if (D == 1) return nonzero_flat<Bits>(dense);
     const Bits* data = static_cast<const Bits*>(dense.data_ptr());
@@ -351,82 +331,121 @@ std::tuple<Tensor, Tensor> nonzero_rows(const Tensor& dense_in) {
 // compacted straight into the partition's place in the output. Same partitions, and the claims of the
 // parallel algorithm run in position order (one valid outcome of its race).
 
+// Step 1: p = h0(idx) of every position (part) and, per chunk of positions, how many map to each partition
+// (hist[c * n + p]).
 template <typename Idx>
-std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, const Family& f, int64_t r1,
-                                               int64_t r2) {
-  const int64_t nnz = index.numel();
-  const Idx* idx = index.data_ptr<Idx>();
+std::vector<int64_t> partition_histogram(const Idx* idx, const Chunks& chunks, int64_t n, const Family& f,
+                                         std::vector<uint32_t>& part) {
   const uint32_t un = static_cast<uint32_t>(n);
-  const Chunks chunks(nnz, kGrain / 4);
-  std::vector<uint32_t> part(nnz);
   std::vector<int64_t> hist(chunks.count * n, 0);
   chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) part[i] = zen::partition_of(static_cast<uint64_t>(idx[i]), f, un);  // SIMD
     int64_t* h = hist.data() + c * n;
     for (int64_t i = lo; i < hi; ++i) ++h[part[i]];
   });
-  std::vector<int64_t> offsets(n + 1, 0);
-  std::vector<int64_t> cursor = chunk_cursors(hist, chunks.count, n, offsets);
-  // positions and their indices, partition-major, ascending inside a partition (read in order below)
-  std::vector<uint32_t> grouped(nnz);
-  std::vector<uint32_t> keys(nnz);  // the low 32 bits: all that hash32 reads
+  return hist;
+}
+
+// The positions of `index` grouped by partition: partition p holds [offsets[p], offsets[p + 1]) of pos and
+// keys, ascending inside a partition (the probes read them in order).
+struct Grouped {
+  std::vector<int64_t> offsets;
+  std::vector<uint32_t> pos;   // positions into `index`
+  std::vector<uint32_t> keys;  // their indices' low 32 bits: all that hash32 reads
+};
+
+// Step 2: a stable counting sort of the positions by partition, from the histogram of step 1.
+template <typename Idx>
+Grouped group_by_partition(const Idx* idx, int64_t nnz, int64_t n, const Family& f) {
+  const Chunks chunks(nnz, kGrain / 4);
+  std::vector<uint32_t> part(nnz);
+  const std::vector<int64_t> hist = partition_histogram(idx, chunks, n, f, part);
+  Grouped g{std::vector<int64_t>(n + 1, 0), std::vector<uint32_t>(nnz), std::vector<uint32_t>(nnz)};
+  std::vector<int64_t> cursor = chunk_cursors(hist, chunks.count, n, g.offsets);
   chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
     int64_t* cur = cursor.data() + c * n;
     for (int64_t i = lo; i < hi; ++i) {
-      const int64_t g = cur[part[i]]++;
-      grouped[g] = static_cast<uint32_t>(i);
-      keys[g] = static_cast<uint32_t>(idx[i]);
+      const int64_t slot = cur[part[i]]++;
+      g.pos[slot] = static_cast<uint32_t>(i);
+      g.keys[slot] = static_cast<uint32_t>(idx[i]);
     }
   });
+  return g;
+}
 
+// Step 3, one thread's private memory for one partition at a time: r1 parallel slots, r2 serial slots and a
+// dummy slot that takes the writes of rows placing nothing; `missed` lists the rows that missed all k probes.
+struct PartitionTable {
+  int64_t r1, r2;
+  std::vector<uint32_t> slots;
+  std::vector<int64_t> scratch;
+  std::vector<uint32_t> missed;
+
+  PartitionTable(int64_t r1_, int64_t r2_) : r1(r1_), r2(r2_), slots(r1_ + r2_ + 1), scratch(r1_ + 1) {}
+
+  // Claims slots for a partition's rows (positions pos, indices keys) in position order, each trying its k
+  // probes before the next row (as one thread of the parallel algorithm would), without a branch to
+  // mispredict: every probe's slot is read, the first free one (or the dummy slot) gets the write, and only
+  // the rare rows that missed all k probes branch.
+  void claim(const uint32_t* pos, const uint32_t* keys, int64_t rows, const Family& f) {
+    uint32_t* table = slots.data();
+    const uint64_t range = static_cast<uint64_t>(r1), dummy = static_cast<uint64_t>(r1 + r2);
+    std::fill(slots.begin(), slots.end(), 0u);
+    missed.clear();
+    for (int64_t j = 0; j < rows; ++j) {
+      const uint64_t x = static_cast<uint64_t>(keys[j]);
+      uint64_t target = dummy;
+      for (int l = f.levels - 1; l >= 1; --l) {
+        const uint64_t s = zen::reduce(zen::hash32(x, f, l), range);
+        target = table[s] == 0 ? s : target;
+      }
+      table[target] = pos[j] + 1;
+      if (target == dummy) missed.push_back(pos[j]);
+    }
+  }
+
+  // Writes the claimed positions to dst: the parallel region, then the serial region, then the overflow
+  // (missed rows past the r2 serial slots). Returns how many it wrote.
+  int64_t emit(int64_t* dst) {
+    uint32_t* table = slots.data();
+    const int64_t r1 = this->r1, r2 = this->r2;  // locals: the int64 stores to dst cannot alias them
+    const int64_t fill = static_cast<int64_t>(missed.size());
+    for (int64_t t = 0; t < std::min(fill, r2); ++t) table[r1 + t] = missed[t] + 1;
+    int64_t m = 0;
+    for (int64_t s = 0; s < r1; ++s) {  // branch-free compaction of the ~half-full parallel region
+      const uint32_t v = table[s];
+      scratch[m] = static_cast<int64_t>(v) - 1;
+      m += v != 0;
+    }
+    std::memcpy(dst, scratch.data(), m * sizeof(int64_t));
+    for (int64_t t = 0; t < std::min(fill, r2); ++t) dst[m++] = static_cast<int64_t>(table[r1 + t]) - 1;
+    for (int64_t t = r2; t < fill; ++t) dst[m++] = missed[t];
+    return m;
+  }
+};
+
+template <typename Idx>
+std::tuple<Tensor, Tensor, int64_t> hash_impl(const Tensor& index, int64_t n, const Family& f, int64_t r1,
+                                               int64_t r2) {
+  const int64_t nnz = index.numel();
+  const Grouped g = group_by_partition(index.data_ptr<Idx>(), nnz, n, f);
   Tensor order = at::empty({nnz}, index.options().dtype(at::kLong));
   int64_t* out = order.data_ptr<int64_t>();
   std::vector<int64_t> missed(n, 0);
-  const uint64_t range = static_cast<uint64_t>(r1);
   at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
-    std::vector<uint32_t> table(r1 + r2 + 1);  // + a dummy slot that takes the writes of rows placing nothing
-    std::vector<int64_t> scratch(r1 + 1);
-    std::vector<uint32_t> missed_rows;
-    const uint64_t dummy = static_cast<uint64_t>(r1 + r2);
+    PartitionTable table(r1, r2);
     for (int64_t p = b; p < e; ++p) {
-      std::fill(table.begin(), table.end(), 0u);
-      int64_t m = 0;
-      int64_t* dst = out + offsets[p];
-      const int64_t rows = offsets[p + 1] - offsets[p];
-      const uint32_t* pos = grouped.data() + offsets[p];
-      const uint32_t* x_of = keys.data() + offsets[p];
-      missed_rows.clear();
-      // Rows in position order, each trying its k probes before the next row (as one thread of the parallel
-      // algorithm would), without a branch to mispredict: every probe's slot is read, the first free one
-      // (or the dummy slot) gets the write, and only the rare rows that missed all k probes branch.
-      for (int64_t j = 0; j < rows; ++j) {
-        const uint64_t x = static_cast<uint64_t>(x_of[j]);
-        uint64_t target = dummy;
-        for (int l = f.levels - 1; l >= 1; --l) {
-          const uint64_t s = zen::reduce(zen::hash32(x, f, l), range);
-          target = table[s] == 0 ? s : target;
-        }
-        table[target] = pos[j] + 1;
-        if (target == dummy) missed_rows.push_back(pos[j]);
-      }
-      const int64_t fill = static_cast<int64_t>(missed_rows.size());  // the serial region, then the overflow
-      for (int64_t t = 0; t < std::min(fill, r2); ++t) table[r1 + t] = missed_rows[t] + 1;
-      for (int64_t s = 0; s < r1; ++s) {  // branch-free compaction of the ~half-full parallel region
-        const uint32_t v = table[s];
-        scratch[m] = static_cast<int64_t>(v) - 1;
-        m += v != 0;
-      }
-      std::memcpy(dst, scratch.data(), m * sizeof(int64_t));
-      for (int64_t t = 0; t < std::min(fill, r2); ++t) dst[m++] = static_cast<int64_t>(table[r1 + t]) - 1;
-      for (int64_t t = r2; t < fill; ++t) dst[m++] = missed_rows[t];
-      TORCH_CHECK(m == rows, "zen native: partition ", p, " lost rows (", m, " of ", rows, ")");
-      missed[p] = fill;
+      const int64_t first = g.offsets[p], rows = g.offsets[p + 1] - first;
+      table.claim(g.pos.data() + first, g.keys.data() + first, rows, f);
+      const int64_t written = table.emit(out + first);
+      TORCH_CHECK(written == rows, "zen native: partition ", p, " lost rows (", written, " of ", rows, ")");
+      missed[p] = static_cast<int64_t>(table.missed.size());
     }
   });
   Tensor counts_t = at::empty({n}, at::kLong);
   int64_t serial = 0;
   for (int64_t p = 0; p < n; ++p) {
-    counts_t.data_ptr<int64_t>()[p] = offsets[p + 1] - offsets[p];
+    counts_t.data_ptr<int64_t>()[p] = g.offsets[p + 1] - g.offsets[p];
     serial += missed[p];
   }
   return std::make_tuple(order, counts_t, serial);
@@ -437,12 +456,12 @@ std::tuple<Tensor, Tensor, int64_t> hierarchical_hash(const Tensor& index_in, in
   TORCH_CHECK(index_in.dim() == 1 && index_in.device().is_cpu(), "zen native: index must be a 1-D CPU tensor");
   TORCH_CHECK(n >= 1 && r1 >= 1 && r2 >= 1, "zen native: need n, r1, r2 >= 1");
   TORCH_CHECK(index_in.numel() < (int64_t{1} << 32) - 1, "zen native: too many indices for 32-bit slots");
-  const Family f = family_of(a, b);
+  const Family f = family_of<kDevice>(a, b);
   const Tensor index = index_in.contiguous();
   if (index.numel() == 0)
     return std::make_tuple(at::empty({0}, index.options().dtype(at::kLong)), at::zeros({n}, at::kLong),
                            int64_t{0});
-  return with_index(index, [&](auto tag) { return hash_impl<decltype(tag)>(index, n, f, r1, r2); });
+  return with_index<kDevice>(index, [&](auto tag) { return hash_impl<decltype(tag)>(index, n, f, r1, r2); });
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -473,7 +492,7 @@ std::tuple<Tensor, Tensor> server_rows(int64_t num_rows, int64_t n, std::vector<
   TORCH_CHECK(num_rows >= 0 && num_rows < (int64_t{1} << 32), "zen native: need 0 <= num_rows < 2^32");
   TORCH_CHECK(n >= 1, "zen native: need n >= 1");
   TORCH_CHECK(wide || num_rows < (int64_t{1} << 31), "zen native: int32 members need num_rows < 2^31");
-  const Family f = family_of(a, b);
+  const Family f = family_of<kDevice>(a, b);
   std::vector<int64_t> offsets(n + 1, 0);
   Tensor members = wide ? server_rows_impl<int64_t>(num_rows, n, f, offsets)
                         : server_rows_impl<int32_t>(num_rows, n, f, offsets);
@@ -520,15 +539,15 @@ inline void for_set_bits(const uint8_t* bytes, int64_t lo, int64_t hi, int64_t L
 }
 
 std::tuple<Tensor, Tensor> encode_hash_bitmap(const Tensor& out_in, const Tensor& members_in) {
-  const Tensor out = as_rows(out_in);
+  const Tensor out = as_rows<kDevice>(out_in);
   const Tensor members = members_in.contiguous();
   TORCH_CHECK(members.dim() == 1, "zen native: members must be 1-D");
   const int64_t L = members.numel(), D = out.size(1), nbytes = (L + 7) / 8;
   Tensor payload = at::empty({nbytes}, out.options().dtype(at::kByte));
   uint8_t* bytes = payload.data_ptr<uint8_t>();
-  return with_bits(out, [&](auto btag) {
+  return with_bits<kDevice>(out, [&](auto btag) {
     using Bits = decltype(btag);
-    return with_index(members, [&](auto itag) {
+    return with_index<kDevice>(members, [&](auto itag) {
       using Idx = decltype(itag);
       const Bits* data = static_cast<const Bits*>(out.data_ptr());
       const Idx* rows = members.data_ptr<Idx>();
@@ -557,24 +576,18 @@ std::tuple<Tensor, Tensor> encode_hash_bitmap(const Tensor& out_in, const Tensor
   });
 }
 
-void check_payload(const Tensor& payload, int64_t L) {
-  TORCH_CHECK(payload.scalar_type() == at::kByte && payload.dim() == 1, "zen native: payload must be 1-D uint8");
-  TORCH_CHECK(payload.numel() == (L + 7) / 8, "zen native: hash bitmap of ", payload.numel(),
-              " bytes does not match a server with ", L, " rows");
-}
-
 // Row ids of the received values: members[t] for every set bit t, in order.
 Tensor decode_hash_bitmap(const Tensor& payload_in, const Tensor& members_in) {
   const Tensor payload = payload_in.contiguous();
   const Tensor members = members_in.contiguous();
   const int64_t L = members.numel();
-  check_payload(payload, L);
+  check_payload<kDevice>(payload, L);
   const uint8_t* bytes = payload.data_ptr<uint8_t>();
   const Chunks chunks(payload.numel(), kGrain * 8);  // 8 bits per byte, cheap work per byte
   int64_t total = 0;
   const std::vector<int64_t> base = bitmap_chunk_bases(bytes, chunks, L, &total);
   Tensor ids = at::empty({total}, members.options());
-  with_index(members, [&](auto itag) {
+  with_index<kDevice>(members, [&](auto itag) {
     using Idx = decltype(itag);
     const Idx* rows = members.data_ptr<Idx>();
     Idx* dst = ids.data_ptr<Idx>();
@@ -594,7 +607,7 @@ void scatter_hash_bitmap(Tensor& out, const Tensor& payload_in, const Tensor& me
   const Tensor members = members_in.contiguous();
   const Tensor values = values_in.contiguous();
   const int64_t L = members.numel(), D = out.size(1);
-  check_payload(payload, L);
+  check_payload<kDevice>(payload, L);
   TORCH_CHECK(values.scalar_type() == out.scalar_type(), "zen native: values dtype ", values.scalar_type(),
               " != out dtype ", out.scalar_type());
   const uint8_t* bytes = payload.data_ptr<uint8_t>();
@@ -603,9 +616,9 @@ void scatter_hash_bitmap(Tensor& out, const Tensor& payload_in, const Tensor& me
   const std::vector<int64_t> base = bitmap_chunk_bases(bytes, chunks, L, &total);
   TORCH_CHECK(values.numel() == total * D, "zen native: ", values.numel(), " values for ", total, " rows of width ",
               D);
-  with_bits(out, [&](auto btag) {
+  with_bits<kDevice>(out, [&](auto btag) {
     using Bits = decltype(btag);
-    return with_index(members, [&](auto itag) {
+    return with_index<kDevice>(members, [&](auto itag) {
       using Idx = decltype(itag);
       const Idx* rows = members.data_ptr<Idx>();
       const Bits* src = static_cast<const Bits*>(values.data_ptr());
@@ -619,6 +632,9 @@ void scatter_hash_bitmap(Tensor& out, const Tensor& payload_in, const Tensor& me
     });
   });
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Merge of two row sets (HC): merge_rows.
 
 // Union of two row sets with ascending distinct ids (a step of hierarchical centralization): the ascending
 // union of the ids, rows copied where an id is in one set and a + b where it is in both, added in the value
@@ -729,7 +745,7 @@ std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_va
   Tensor idx = at::empty({na + nb}, a_idx.options());
   Tensor val = at::empty({na + nb, D}, a_val.options());
   int64_t n = 0;
-  with_index(a_idx, [&](auto itag) {
+  with_index<kDevice>(a_idx, [&](auto itag) {
     using Idx = decltype(itag);
     const Idx* ia = a_idx.data_ptr<Idx>();
     const Idx* ib = b_idx.data_ptr<Idx>();
@@ -765,6 +781,9 @@ std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_va
   return {idx.narrow(0, 0, n), val.narrow(0, 0, n)};
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Writes into the dense result: put_rows (scatter of one row set), fill_sum (streamed sum of row sets).
+
 // out[ids[k]] = values[k] (distinct ids): the final write of a sum into the dense result. Raw bits, checked
 // ids (a bad peer message must not write outside `out`), no int64 copy of int32 ids as index_put_ needs.
 void put_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
@@ -775,9 +794,9 @@ void put_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
   const int64_t M = out.size(0), D = out.size(1), n = ids.numel();
   TORCH_CHECK(ids.dim() == 1 && ids.device().is_cpu() && values.scalar_type() == out.scalar_type() &&
                   values.numel() == n * D, "zen native: put_rows needs 1-D ids and one row of out's dtype per id");
-  with_bits(out, [&](auto btag) {
+  with_bits<kDevice>(out, [&](auto btag) {
     using Bits = decltype(btag);
-    return with_index(ids, [&](auto itag) {
+    return with_index<kDevice>(ids, [&](auto itag) {
       using Idx = decltype(itag);
       const Idx* id = ids.data_ptr<Idx>();
       const Bits* src = static_cast<const Bits*>(values.data_ptr());
@@ -829,82 +848,135 @@ inline void stream_block(char* dst, const char* src, int64_t bytes) {
 #endif
 }
 
+// The row sets of a fill_sum, contiguous and checked: 1-D CPU ids of one dtype, one row of out's dtype per id.
+struct SetTensors {
+  std::vector<Tensor> ids, values;
+};
+
+SetTensors checked_sets(const Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<Tensor>& values_in) {
+  const int64_t D = out.size(1);
+  SetTensors sets;
+  for (size_t s = 0; s < ids_in.size(); ++s) {
+    const Tensor& ids = sets.ids.emplace_back(ids_in[s].contiguous());
+    const Tensor& values = sets.values.emplace_back(values_in[s].contiguous());
+    TORCH_CHECK(ids.dim() == 1 && ids.device().is_cpu() && ids.scalar_type() == sets.ids[0].scalar_type() &&
+                    values.scalar_type() == out.scalar_type() && values.numel() == ids.numel() * D,
+                "zen native: fill_sum needs 1-D ids of one dtype and one row of out's dtype per id");
+  }
+  return sets;
+}
+
+// Rows out of order or out of range would be lost or written astray: every set's ids must be ascending,
+// distinct and in [0, M).
+template <typename Idx>
+void check_set_ids(const std::vector<Tensor>& ids, int64_t M) {
+  for (const Tensor& t : ids) {
+    const Idx* id = t.data_ptr<Idx>();
+    for (int64_t k = 0, n = t.numel(); k < n; ++k)
+      TORCH_CHECK(id[k] >= 0 && id[k] < M && (k == 0 || id[k - 1] < id[k]),
+                  "zen native: fill_sum ids must be ascending, distinct and in [0, ", M, ")");
+  }
+}
+
+// The sets as raw pointers, taken once: data_ptr<T>() checks the dtype on every call.
+template <typename Idx, typename V>
+struct RawSets {
+  std::vector<const Idx*> ids;
+  std::vector<const V*> values;
+  std::vector<int64_t> sizes;
+
+  explicit RawSets(const SetTensors& sets) {
+    for (size_t s = 0; s < sets.ids.size(); ++s) {
+      ids.push_back(sets.ids[s].data_ptr<Idx>());
+      values.push_back(sets.values[s].data_ptr<V>());
+      sizes.push_back(sets.ids[s].numel());
+    }
+  }
+  int64_t count() const { return static_cast<int64_t>(ids.size()); }
+};
+
+// out's rows cut into blocks that fit the staging buffer (one row per block if a row is wider than it).
+struct StageBlocks {
+  int64_t M, D, row_bytes, rows_per_block, count, stage_bytes;
+  StageBlocks(int64_t M_, int64_t D_, int64_t row_bytes_)
+      : M(M_), D(D_), row_bytes(row_bytes_), rows_per_block(std::max<int64_t>(1, kStageBytes / row_bytes_)),
+        count((M_ + rows_per_block - 1) / rows_per_block), stage_bytes(rows_per_block * row_bytes_) {}
+};
+
+// acc (the block of rows [r0, r1)) += every set's rows in it, set by set in the order given; cursor[s] moves
+// past the rows of set s that it added.
+template <typename Idx, typename V>
+inline void add_sets(V* acc, const RawSets<Idx, V>& sets, std::vector<int64_t>& cursor, int64_t r0, int64_t r1,
+                     int64_t D) {
+  for (int64_t s = 0; s < sets.count(); ++s) {
+    const Idx* id = sets.ids[s];
+    const V* src = sets.values[s];
+    const int64_t n = sets.sizes[s];
+    int64_t k = cursor[s];
+    if (D == 1) {
+      for (; k < n && id[k] < r1; ++k) acc[id[k] - r0] = acc[id[k] - r0] + src[k];
+    } else {
+      for (; k < n && id[k] < r1; ++k) {
+        V* row = acc + (static_cast<int64_t>(id[k]) - r0) * D;
+        for (int64_t d = 0; d < D; ++d) row[d] = row[d] + src[k * D + d];
+      }
+    }
+    cursor[s] = k;
+  }
+}
+
+// Blocks [b_lo, b_hi) of out (dst), one after another through this thread's staging buffer: zeroed, summed
+// into, divided (the mean, as out.div_(divisor) computes it, without another pass over out), streamed out.
+template <typename Idx, typename V>
+void fill_blocks(char* dst, const RawSets<Idx, V>& sets, const StageBlocks& blocks, int64_t divisor, int64_t b_lo,
+                 int64_t b_hi) {
+  const int64_t M = blocks.M, D = blocks.D, row_bytes = blocks.row_bytes, rows_per_block = blocks.rows_per_block;
+  std::vector<char> stage_wide(blocks.stage_bytes > kStageBytes ? blocks.stage_bytes : 0);
+  alignas(64) char stage_small[kStageBytes];
+  char* stage = stage_wide.empty() ? stage_small : stage_wide.data();
+  std::vector<int64_t> cursor(sets.count());  // each set's first row at or after block b_lo
+  for (int64_t s = 0; s < sets.count(); ++s)
+    cursor[s] = std::lower_bound(sets.ids[s], sets.ids[s] + sets.sizes[s], static_cast<Idx>(b_lo * rows_per_block)) -
+                sets.ids[s];
+  for (int64_t b = b_lo; b < b_hi; ++b) {
+    const int64_t r0 = b * rows_per_block, r1 = std::min(M, r0 + rows_per_block);
+    if ((r1 - r0) * row_bytes == kStageBytes) std::memset(stage, 0, kStageBytes);  // inlined vector stores
+    else std::memset(stage, 0, (r1 - r0) * row_bytes);
+    auto* acc = reinterpret_cast<V*>(stage);
+    add_sets(acc, sets, cursor, r0, r1, D);
+    if (divisor != 1) {
+      const int64_t elements = (r1 - r0) * D;
+      const auto by = static_cast<V>(divisor);
+      for (int64_t e = 0; e < elements; ++e) acc[e] = acc[e] / by;
+    }
+    stream_block(dst + r0 * row_bytes, stage, (r1 - r0) * row_bytes);
+  }
+}
+
 void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<Tensor>& values_in,
               int64_t divisor) {
   TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.device().is_cpu(),
               "zen native: out must be a contiguous (M, D) CPU tensor");
   TORCH_CHECK(ids_in.size() == values_in.size(), "zen native: fill_sum needs one values tensor per ids tensor");
-  const int64_t M = out.size(0), D = out.size(1), sets = static_cast<int64_t>(ids_in.size());
-  std::vector<Tensor> ids, values;
-  for (int64_t s = 0; s < sets; ++s) {
-    ids.push_back(ids_in[s].contiguous());
-    values.push_back(values_in[s].contiguous());
-    TORCH_CHECK(ids[s].dim() == 1 && ids[s].device().is_cpu() && ids[s].scalar_type() == ids[0].scalar_type() &&
-                    values[s].scalar_type() == out.scalar_type() && values[s].numel() == ids[s].numel() * D,
-                "zen native: fill_sum needs 1-D ids of one dtype and one row of out's dtype per id");
-  }
+  const int64_t M = out.size(0), D = out.size(1);
+  const SetTensors sets = checked_sets(out, ids_in, values_in);
   const int64_t row_bytes = D * out.element_size();
   if (M == 0 || row_bytes == 0) return;
-  const int64_t rows_per_block = std::max<int64_t>(1, kStageBytes / row_bytes);
-  const int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
-  const int64_t stage_bytes = rows_per_block * row_bytes;
+  const StageBlocks blocks(M, D, row_bytes);
   TORCH_CHECK(divisor == 1 || out.scalar_type() == at::kFloat || out.scalar_type() == at::kDouble,
               "zen native: fill_sum divides fp32 / fp64 sums only");
-  if (sets == 0) {
+  if (sets.ids.empty()) {
     out.zero_();
     return;
   }
-  with_index(ids[0], [&](auto itag) {
+  with_index<kDevice>(sets.ids[0], [&](auto itag) {
     using Idx = decltype(itag);
-    for (const Tensor& t : ids) {  // rows out of order or out of range would be lost or written astray
-      const Idx* id = t.data_ptr<Idx>();
-      for (int64_t k = 0, n = t.numel(); k < n; ++k)
-        TORCH_CHECK(id[k] >= 0 && id[k] < M && (k == 0 || id[k - 1] < id[k]),
-                    "zen native: fill_sum ids must be ascending, distinct and in [0, ", M, ")");
-    }
+    check_set_ids<Idx>(sets.ids, M);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fill_sum", [&] {
+      const RawSets<Idx, scalar_t> raw(sets);
       char* dst = static_cast<char*>(out.data_ptr());
-      std::vector<const Idx*> set_ids(sets);  // raw pointers once: data_ptr<T>() checks the dtype per call
-      std::vector<const scalar_t*> set_values(sets);
-      for (int64_t s = 0; s < sets; ++s) {
-        set_ids[s] = ids[s].data_ptr<Idx>();
-        set_values[s] = values[s].data_ptr<scalar_t>();
-      }
-      at::parallel_for(0, blocks, 16, [&](int64_t b_lo, int64_t b_hi) {
-        std::vector<char> stage_wide(stage_bytes > kStageBytes ? stage_bytes : 0);
-        alignas(64) char stage_small[kStageBytes];
-        char* stage = stage_wide.empty() ? stage_small : stage_wide.data();
-        std::vector<int64_t> cursor(sets);
-        for (int64_t s = 0; s < sets; ++s)
-          cursor[s] = std::lower_bound(set_ids[s], set_ids[s] + ids[s].numel(), static_cast<Idx>(b_lo * rows_per_block)) -
-                      set_ids[s];
-        for (int64_t b = b_lo; b < b_hi; ++b) {
-          const int64_t r0 = b * rows_per_block, r1 = std::min(M, r0 + rows_per_block);
-          if ((r1 - r0) * row_bytes == kStageBytes) std::memset(stage, 0, kStageBytes);  // inlined vector stores
-          else std::memset(stage, 0, (r1 - r0) * row_bytes);
-          auto* acc = reinterpret_cast<scalar_t*>(stage);
-          for (int64_t s = 0; s < sets; ++s) {
-            const Idx* id = set_ids[s];
-            const scalar_t* src = set_values[s];
-            const int64_t n = ids[s].numel();
-            int64_t k = cursor[s];
-            if (D == 1) {
-              for (; k < n && id[k] < r1; ++k) acc[id[k] - r0] = acc[id[k] - r0] + src[k];
-            } else {
-              for (; k < n && id[k] < r1; ++k) {
-                scalar_t* row = acc + (static_cast<int64_t>(id[k]) - r0) * D;
-                for (int64_t d = 0; d < D; ++d) row[d] = row[d] + src[k * D + d];
-              }
-            }
-            cursor[s] = k;
-          }
-          if (divisor != 1) {  // the mean, as out.div_(divisor) computes it, without another pass over out
-            const int64_t elements = (r1 - r0) * D;
-            const auto by = static_cast<scalar_t>(divisor);
-            for (int64_t e = 0; e < elements; ++e) acc[e] = acc[e] / by;
-          }
-          stream_block(dst + r0 * row_bytes, stage, (r1 - r0) * row_bytes);
-        }
+      at::parallel_for(0, blocks.count, 16, [&](int64_t b_lo, int64_t b_hi) {
+        fill_blocks(dst, raw, blocks, divisor, b_lo, b_hi);
       });
     });
     return 0;
@@ -914,16 +986,19 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Checks against zen/hashing.py.
+
 // hash32 of every index at every level of the family: (levels, N) int64 in [0, 2^32), for checks
 // against HashFamily.hash32.
 Tensor hash_values(const Tensor& index_in, std::vector<int64_t> a, std::vector<int64_t> b) {
-  const Family f = family_of(a, b);
+  const Family f = family_of<kDevice>(a, b);
   const Tensor index = index_in.contiguous();
   TORCH_CHECK(index.dim() == 1 && index.device().is_cpu(), "zen native: index must be a 1-D CPU tensor");
   const int64_t N = index.numel();
   Tensor out = at::empty({f.levels, N}, index.options().dtype(at::kLong));
   int64_t* h = out.data_ptr<int64_t>();
-  with_index(index, [&](auto tag) {
+  with_index<kDevice>(index, [&](auto tag) {
     using Idx = decltype(tag);
     const Idx* idx = index.data_ptr<Idx>();
     at::parallel_for(0, N, kGrain, [&](int64_t lo, int64_t hi) {
@@ -936,6 +1011,9 @@ Tensor hash_values(const Tensor& index_in, std::vector<int64_t> a, std::vector<i
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Python binding (zen.native calls these).
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Zen native CPU kernels";

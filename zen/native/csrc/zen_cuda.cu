@@ -28,6 +28,18 @@ namespace {
 using at::Tensor;
 using zen::Family;
 
+// The checks and dispatch of zen_common.h, for CUDA tensors.
+constexpr c10::DeviceType kDevice = c10::DeviceType::CUDA;
+using zen::as_rows;
+using zen::check_payload;
+using zen::family_of;
+using zen::with_bits;
+using zen::with_index;
+
+// ---------------------------------------------------------------------------------------------------
+// Launch geometry, warp helpers and the ordered stream compaction (count pass, scan, write pass) that most
+// kernels below are built from.
+
 constexpr int kWarp = 32;
 constexpr int kBlock = 256;  // 8 warps
 constexpr int kUnroll = 4;   // positions per lane per step: loads in flight before the ballots
@@ -169,40 +181,12 @@ struct NonzeroRows : NoWord {
   }
 };
 
-Tensor as_rows(const Tensor& t) {
-  TORCH_CHECK(t.dim() == 2 && t.is_cuda(), "zen native CUDA: expected an (M, D) CUDA tensor");
-  TORCH_CHECK(at::isFloatingType(t.scalar_type()), "zen native CUDA: values must be floating point");
-  return t.contiguous();
-}
-
-template <typename F>
-auto with_bits(const Tensor& t, F f) {
-  const auto size = t.element_size();
-  TORCH_CHECK(size == 2 || size == 4 || size == 8, "zen native CUDA: unsupported element size ", size);
-  if (size == 2) return f(uint16_t{});
-  if (size == 4) return f(uint32_t{});
-  return f(uint64_t{});
-}
-
-template <typename F>
-auto with_index(const Tensor& t, F f) {
-  if (t.scalar_type() == at::kInt) return f(int32_t{});
-  TORCH_CHECK(t.scalar_type() == at::kLong, "zen native CUDA: indices must be int32 or int64");
-  return f(int64_t{});
-}
-
-Family family_of(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  TORCH_CHECK(!a.empty() && a.size() == b.size() && a.size() <= static_cast<size_t>(zen::kMaxLevels),
-              "zen native CUDA: need 1..", zen::kMaxLevels, " hash levels");
-  return zen::make_family(a, b);
-}
-
 }  // namespace
 
 std::tuple<Tensor, Tensor> nonzero_rows_cuda(const Tensor& dense_in, int64_t stream) {
-  const Tensor dense = as_rows(dense_in);
+  const Tensor dense = as_rows<kDevice>(dense_in);
   const int64_t M = dense.size(0), D = dense.size(1);
-  return with_bits(dense, [&](auto tag) {
+  return with_bits<kDevice>(dense, [&](auto tag) {
     using Bits = decltype(tag);
     Tensor index, values;
     NonzeroRows<Bits> op{};
@@ -331,11 +315,11 @@ std::tuple<Tensor, Tensor, int64_t> hierarchical_hash_cuda(const Tensor& index_i
   TORCH_CHECK(index_in.dim() == 1 && index_in.is_cuda(), "zen native CUDA: index must be a 1-D CUDA tensor");
   TORCH_CHECK(n >= 1 && r1 >= 1 && r2 >= 1, "zen native CUDA: need n, r1, r2 >= 1");
   TORCH_CHECK(index_in.numel() < (int64_t{1} << 31), "zen native CUDA: too many indices");
-  const Family f = family_of(a, b);
+  const Family f = family_of<kDevice>(a, b);
   const Tensor index = index_in.contiguous();
   if (index.numel() == 0)
     return std::make_tuple(at::empty({0}, index.options().dtype(at::kLong)), at::zeros({n}, at::kLong), int64_t{0});
-  return with_index(index, [&](auto tag) {
+  return with_index<kDevice>(index, [&](auto tag) {
     return hash_impl<decltype(tag)>(index, n, f, r1, r2, as_stream(stream));
   });
 }
@@ -408,7 +392,7 @@ std::tuple<Tensor, Tensor> server_rows_cuda(int64_t num_rows, int64_t n, std::ve
   TORCH_CHECK(num_rows >= 0 && num_rows < (int64_t{1} << 32), "zen native CUDA: need 0 <= num_rows < 2^32");
   TORCH_CHECK(n >= 1 && n <= kMaxSharedPartitions, "zen native CUDA: S_j needs 1 <= n <= ", kMaxSharedPartitions);
   TORCH_CHECK(wide || num_rows < (int64_t{1} << 31), "zen native CUDA: int32 members need num_rows < 2^31");
-  const Family f = family_of(a, b);
+  const Family f = family_of<kDevice>(a, b);
   const auto dev = like.options();
   Tensor members = at::empty({num_rows}, dev.dtype(wide ? at::kLong : at::kInt));
   if (num_rows == 0) return std::make_tuple(members, at::zeros({n + 1}, at::kLong));
@@ -423,7 +407,7 @@ std::tuple<Tensor, Tensor> server_rows_cuda(int64_t num_rows, int64_t n, std::ve
                                                      hist.data_ptr<int64_t>());
   ZEN_CUDA_CHECK(cudaGetLastError());
   const Tensor starts = at::cumsum(hist, 0).sub(hist);
-  with_index(members, [&](auto tag) {
+  with_index<kDevice>(members, [&](auto tag) {
     using Idx = decltype(tag);
     rows_write<Idx><<<blocks, kRowWarps * kWarp, smem, s>>>(num_rows, seg, segs, static_cast<uint32_t>(n), f,
                                                            starts.data_ptr<int64_t>(), members.data_ptr<Idx>());
@@ -487,24 +471,17 @@ struct ScatterRows : NoWord {
   }
 };
 
-void check_payload(const Tensor& payload, int64_t L) {
-  TORCH_CHECK(payload.is_cuda() && payload.scalar_type() == at::kByte && payload.dim() == 1,
-              "zen native CUDA: payload must be a 1-D uint8 CUDA tensor");
-  TORCH_CHECK(payload.numel() == (L + 7) / 8, "zen native CUDA: hash bitmap of ", payload.numel(),
-              " bytes does not match a server with ", L, " rows");
-}
-
 }  // namespace
 
 std::tuple<Tensor, Tensor> encode_hash_bitmap_cuda(const Tensor& out_in, const Tensor& members_in, int64_t stream) {
-  const Tensor out = as_rows(out_in);
+  const Tensor out = as_rows<kDevice>(out_in);
   const Tensor members = members_in.contiguous();
   const int64_t L = members.numel(), D = out.size(1), nbytes = (L + 7) / 8;
   Tensor payload = at::empty({nbytes}, out.options().dtype(at::kByte));
   Tensor values;
-  with_bits(out, [&](auto btag) {
+  with_bits<kDevice>(out, [&](auto btag) {
     using Bits = decltype(btag);
-    return with_index(members, [&](auto itag) {
+    return with_index<kDevice>(members, [&](auto itag) {
       using Idx = decltype(itag);
       EncodeRows<Bits, Idx> op{};
       op.data = static_cast<const Bits*>(out.data_ptr());
@@ -527,9 +504,9 @@ Tensor decode_hash_bitmap_cuda(const Tensor& payload_in, const Tensor& members_i
   const Tensor payload = payload_in.contiguous();
   const Tensor members = members_in.contiguous();
   const int64_t L = members.numel();
-  check_payload(payload, L);
+  check_payload<kDevice>(payload, L);
   Tensor ids;
-  with_index(members, [&](auto itag) {
+  with_index<kDevice>(members, [&](auto itag) {
     using Idx = decltype(itag);
     DecodeIds<Idx> op{};
     op.payload = payload.data_ptr<uint8_t>();
@@ -551,11 +528,11 @@ void scatter_hash_bitmap_cuda(Tensor& out, const Tensor& payload_in, const Tenso
   const Tensor members = members_in.contiguous();
   const Tensor values = values_in.contiguous();
   const int64_t L = members.numel(), D = out.size(1);
-  check_payload(payload, L);
+  check_payload<kDevice>(payload, L);
   TORCH_CHECK(values.scalar_type() == out.scalar_type(), "zen native CUDA: values dtype != out dtype");
-  with_bits(out, [&](auto btag) {
+  with_bits<kDevice>(out, [&](auto btag) {
     using Bits = decltype(btag);
-    return with_index(members, [&](auto itag) {
+    return with_index<kDevice>(members, [&](auto itag) {
       using Idx = decltype(itag);
       ScatterRows<Bits, Idx> op{};
       op.payload = payload.data_ptr<uint8_t>();
@@ -587,13 +564,13 @@ __global__ void hash_values_kernel(const Idx* idx, int64_t N, Family f, int64_t*
 }  // namespace
 
 Tensor hash_values_cuda(const Tensor& index_in, std::vector<int64_t> a, std::vector<int64_t> b, int64_t stream) {
-  const Family f = family_of(a, b);
+  const Family f = family_of<kDevice>(a, b);
   const Tensor index = index_in.contiguous();
   TORCH_CHECK(index.dim() == 1 && index.is_cuda(), "zen native CUDA: index must be a 1-D CUDA tensor");
   const int64_t N = index.numel();
   Tensor out = at::empty({f.levels, N}, index.options().dtype(at::kLong));
   if (N == 0) return out;
-  with_index(index, [&](auto tag) {
+  with_index<kDevice>(index, [&](auto tag) {
     using Idx = decltype(tag);
     hash_values_kernel<Idx><<<static_cast<unsigned>((N + kBlock - 1) / kBlock), kBlock, 0, as_stream(stream)>>>(
         index.data_ptr<Idx>(), N, f, out.data_ptr<int64_t>());
