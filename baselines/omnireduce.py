@@ -18,7 +18,7 @@ Bytes (s_v value itemsize; K_i rank i's non-zero blocks; U the union of the K_i)
   msg(K) = 4 (|K| + 1) [K non-empty] + s_v sum_{x in K} len(x)
   push received by rank r: sum_{i != r} msg(K_i ∩ R_r);  sent: sum_{j != r} msg(K_r ∩ R_j)
   pull received by rank r: sum_{j != r} msg(U ∩ R_j);    sent: (P-1) msg(U ∩ R_r)
-  meta: 16 (P-1) for the push counts + 16 (P-1) for the pull counts.
+  meta: the headers and row counts of the push and the pull (zen.prediction's count_meta, gather_v_meta).
 
 Faithful: bytes (b s_v per block plus one 4-byte next-offset per block, as OmniReduce's packets
 carry), block granularity (one non-zero ships its whole block: at density d a block is sent with

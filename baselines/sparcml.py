@@ -20,12 +20,13 @@ back (phase "unfold").
 - auto (default): DSAR when the result is expected to be dense, U (s_i + D s_v) > M D s_v with U
   estimated as M (1 - prod_i (1 - k_i / M)), the union of independent uniform supports; otherwise
   recursive doubling when the largest input stream is at most `small_bytes`, split-allgather above.
-  The k_i come from one all-gather of 8 bytes per rank (phase "meta"), so all ranks choose alike,
+  The k_i come from one fixed all-gather (phase "meta", zen.comm.base), so all ranks choose alike,
   and `predict` makes the same choice from the sizes of the index sets.
 
 Bytes a rank receives, with |S| = k (s_i + D s_v) for a sparse stream of k rows and n D s_v for a
 dense one, X_v the stream of vrank v after the fold, n_v the length of range v (payload only; each
-message also brings 8 bytes of counts per tensor under "meta", one tensor pair per stream):
+message also brings its header and 8 bytes of counts per tensor under "meta", one tensor pair per
+stream: zen.prediction.message_meta):
 - fold (odd ranks below 2 (P - p')): |stream of the even neighbour|; unfold (even ranks): |result|,
   the sum of the slice sizes for the split variants (M D s_v for DSAR).
 - ssar_recursive_double, round r: |sum of X_u over the partner's block of 2^r vranks|; with identical
@@ -58,7 +59,7 @@ from zen.comm.base import Communicator, Message
 from zen.fold import Fold
 from zen.grad import LocalGrad
 from zen.output import Output
-from zen.prediction import COUNT_BYTES
+from zen.prediction import COUNT_BYTES, HEAD_BYTES, gather_meta
 from zen.registry import register_scheme
 from zen.rows import add_rows, put_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
@@ -208,12 +209,13 @@ class Replay:
         dense = a.dense or b.dense or dense_switch(self.layout, int(a.rows.numel() + b.rows.numel()), a.n)
         return Support(a.lo, a.n, torch.unique(torch.cat([a.rows, b.rows])), dense)
 
-    def receive(self, rank: int, phase: str, streams: list[Support]) -> None:
-        """One message per stream or several streams per message: each stream brings two row counts."""
+    def receive(self, rank: int, phase: str, streams: list[Support], messages: int = 1) -> None:
+        """`streams` arriving in `messages` messages: each message brings its header, each stream (two
+        tensors) two row counts."""
         L = self.layout
         self.got[rank][phase] += sum(s.n * L.width * L.value_bytes if s.dense else int(s.rows.numel()) * L.coo_row
                                      for s in streams)
-        self.got[rank]["meta"] += 2 * COUNT_BYTES * len(streams)
+        self.got[rank]["meta"] += messages * HEAD_BYTES + 2 * len(streams) * COUNT_BYTES
 
     def run(self, sets: list[torch.Tensor], variant: str) -> list[PhaseBytes]:
         """Fold, the variant on the p' vranks' streams X_v, unfold (as `SparCML.__call__`)."""
@@ -243,11 +245,11 @@ class Replay:
         slices = []
         for v, (lo, n) in enumerate(split_ranges(self.layout.rows, len(X))):
             pieces = [self.cut(x, lo, n) for x in X]
-            self.receive(ranks[v], "reduce_scatter", pieces[:v] + pieces[v + 1 :])
+            self.receive(ranks[v], "reduce_scatter", pieces[:v] + pieces[v + 1 :], messages=len(X) - 1)
             mine = reduce(self.merge, pieces)
             slices.append(Support(lo, n, mine.rows, True) if dense else mine)
         for v, r in enumerate(ranks):
-            self.receive(r, "allgather", slices[:v] + slices[v + 1 :])
+            self.receive(r, "allgather", slices[:v] + slices[v + 1 :], messages=len(X).bit_length() - 1)
         return slices
 
 
@@ -306,7 +308,7 @@ class SparCML:
         got = Replay(layout).run(sets, variant)
         if self.variant == "auto":
             for phases in got:
-                phases["meta"] += (P - 1) * COUNT_BYTES
+                phases["meta"] += gather_meta(P)
         return got
 
     def _recursive_double(self, ops: StreamOps, comm: Communicator, stream: Stream, fold: Fold,

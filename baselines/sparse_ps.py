@@ -12,7 +12,7 @@ non-zero rows, U the rows whose sum is non-zero, i.e. the union of the I_i barri
 a row costs s_i + D s_v):
   push received by rank r: sum_{i != r} |I_i ∩ R_r| (s_i + D s_v);  sent: sum_{j != r} |I_r ∩ R_j| (...)
   pull received by rank r: sum_{j != r} |U ∩ R_j| (s_i + D s_v);    sent: (P-1) |U ∩ R_r| (...)
-  meta: 16 (P-1) for the push row counts + 16 (P-1) for the pull row counts.
+  meta: the headers and row counts of the push and the pull (zen.prediction's count_meta, gather_v_meta).
 `predict` evaluates these on the index sets; `range_counts` and `owner_traffic` serve OmniReduce too.
 """
 
@@ -24,7 +24,7 @@ from zen.comm.base import Communicator
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.output import Output
-from zen.prediction import count_meta
+from zen.prediction import count_meta, gather_v_meta
 from zen.registry import register_scheme
 from zen.rows import add_messages, put_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout
@@ -46,7 +46,7 @@ def owner_traffic(push: list[list[int]], pull: list[int]) -> list[PhaseBytes]:
     all-gathers pull[j] bytes (all_gather_v); both messages are two tensors, each preceded by its count."""
     P = len(pull)
     return [{"push": sum(push[i][r] for i in range(P) if i != r), "pull": sum(pull) - pull[r],
-             "meta": 2 * count_meta(P, 2)} for r in range(P)]
+             "meta": count_meta(P, 2) + gather_v_meta(P, 2)} for r in range(P)]
 
 
 @register_scheme("sparse_ps")

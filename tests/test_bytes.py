@@ -33,8 +33,13 @@ def nonzero_sets(tensors: list[torch.Tensor]) -> list[set[int]]:
     return [set(t.nonzero().view(-1).tolist()) for t in tensors]
 
 
+FIXED = 16 * 8  # a fixed all-gather: call, code, length, values (zen.comm.base)
+HEAD = 4 * 8  # a message's header: call, code, layout, size on the wire
+COUNTS = 2 * 8  # the row counts of a two-tensor message
+
+
 def validation_meta(P: int) -> int:
-    return (P - 1) * 7 * 8
+    return (P - 1) * FIXED
 
 
 @pytest.mark.parametrize("P", [2, 3, 4, 7])
@@ -56,7 +61,7 @@ def test_agsparse_bytes(P: int, pattern: str) -> None:
     res = zen.simulate("agsparse", ts)
     expect = [sum(len(sets[j]) for j in range(P) if j != r) * (IDX + VAL) for r in range(P)]
     assert res.phases["gather"] == expect
-    assert res.phases["meta"] == [validation_meta(P) + (P - 1) * 2 * 8] * P
+    assert res.phases["meta"] == [validation_meta(P) + (P - 1) * (FIXED + COUNTS)] * P
 
 
 @pytest.mark.parametrize("P", [2, 3, 4, 8])
@@ -78,7 +83,7 @@ def test_bp_bytes(P: int, pattern: str, pull: str) -> None:
     pulls = [sum(payload[j] for j in range(P) if j != r) for r in range(P)]
     assert res.phases["push"] == push
     assert res.phases["pull"] == pulls
-    assert res.phases["meta"] == [validation_meta(P) + 2 * (P - 1) * 2 * 8] * P
+    assert res.phases["meta"] == [validation_meta(P) + (P - 1) * (HEAD + COUNTS + FIXED + COUNTS)] * P
 
 
 @pytest.mark.parametrize(("pull", "hand"), HAND_PAYLOAD.items())

@@ -2,29 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from zen.comm.base import Communicator
-from zen.comm.dist import DistComm
+from zen.comm.base import Communicator, code_of
+from zen.comm.dist import DistComm, is_live, live_group, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
 from zen.grad import LocalGrad, to_local_grad
-from zen.output import make_output
-from zen.registry import Scheme, make_scheme
-from zen.types import SyncStats
+from zen.output import Output, make_output
+from zen.registry import Scheme, make_scheme, scheme_config
+from zen.types import SyncStats, ZenInputError
 from zen.validate import check_inputs
 
-_COMMS: dict[Any, DistComm] = {}
+_COMMS: dict[tuple, DistComm] = {}
 _SCHEMES: dict[tuple, Scheme] = {}
 
 
-def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
-         validate: bool = True, divisor: int = 1, *, rows: bool = False, sparse_result: bool = False,
-         check_finite: bool = True) -> tuple[torch.Tensor, SyncStats]:
+def sync(scheme: Scheme | Callable[[], Scheme], tensor: torch.Tensor, comm: Communicator,
+         out: torch.Tensor | None = None, validate: bool = True, divisor: int = 1, *, rows: bool = False,
+         sparse_result: bool = False, check_finite: bool = True, config: str | None = None
+         ) -> tuple[torch.Tensor, SyncStats]:
     """Run one scheme on one rank; returns the sum (shaped like `tensor`) and the rank's stats.
 
     `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
@@ -34,13 +35,37 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
     its first dim (an embedding table's gradient: one index per row); `sparse_result` returns a COO
     tensor over the union's rows instead of a dense one (work and memory proportional to those rows).
     `validate` runs the cross-rank input check (one small all-gather); `check_finite` makes a NaN or Inf
-    a ZenInputError there (else it is summed like any value, as dense allreduce does)."""
-    grad = prepare(scheme, tensor, rows)
+    a ZenInputError there (else it is summed like any value, as dense allreduce does). The call's header
+    code covers the scheme, its options and these settings, so ranks that differ raise on every rank.
+
+    `scheme` may be a factory (with `config`, its name and options): if making it fails on one rank (an
+    unknown scheme) or its input or `out=` is refused, that rank still joins the check, so every rank
+    raises ZenInputError instead of the others timing out."""
+    config = config or scheme_config(scheme)
+    comm.begin_call(code_of(f"{config}|validate={validate}|finite={check_finite}|rows={rows}|"
+                            f"sparse={sparse_result}|divisor={divisor}"), sizes_agreed=validate)
     stats = SyncStats()
     comm.traffic = stats.traffic
+    try:
+        made = scheme() if callable(scheme) and not hasattr(scheme, "predict") else scheme
+        grad = prepare(made, tensor, rows)
+        output = make_output(tensor, grad, out, divisor, sparse_result)
+    except ZenInputError as local:
+        if validate and comm.world_size > 1:
+            _share_failure(local, tensor, config, comm)
+        raise
     if validate:
-        check_inputs(grad, tuple(tensor.shape), scheme.name, comm, check_finite)
-    return run(scheme, tensor, grad, comm, out, divisor, sparse_result, stats)
+        check_inputs(grad, tuple(tensor.shape), config, comm, check_finite)
+    return _exchange(made, grad, comm, output, stats)
+
+
+def _share_failure(local: ZenInputError, tensor: torch.Tensor, config: str, comm: Communicator) -> None:
+    """Join the cross-rank check as a rank that failed locally, so the others raise too; then this rank
+    raises its own error (chained to what the check said)."""
+    try:
+        check_inputs(None, tuple(tensor.shape), config, comm, failed=True)
+    except ZenInputError as shared:
+        raise local from shared
 
 
 def prepare(scheme: Scheme, tensor: torch.Tensor, rows: bool = False) -> LocalGrad:
@@ -58,20 +83,34 @@ def run(scheme: Scheme, tensor: torch.Tensor, grad: LocalGrad, comm: Communicato
     added to `stats` (a new one if None)."""
     stats = stats or SyncStats()
     comm.traffic = stats.traffic
-    output = make_output(tensor, grad, out, divisor, sparse_result)
+    return _exchange(scheme, grad, comm, make_output(tensor, grad, out, divisor, sparse_result), stats)
+
+
+def _exchange(scheme: Scheme, grad: LocalGrad, comm: Communicator, output: Output, stats: SyncStats
+              ) -> tuple[torch.Tensor, SyncStats]:
     scheme(grad, comm, output, stats)
     return output.finish(), stats
 
 
 def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None) -> DistComm:
-    key = (group, timeout_s)
-    if key not in _COMMS:
-        _COMMS[key] = DistComm(group, timeout_s=timeout_s)
-    return _COMMS[key]
+    """The communicator of the live process group `group` names (a re-created group gets a new one; those of
+    destroyed groups are dropped, with the scheme instances made for them)."""
+    if timeout_s is not None:
+        timeout_seconds(timeout_s)
+    for key in [k for k, comm in _COMMS.items() if not is_live(comm.pg)]:
+        del _COMMS[key]
+    for key in [k for k in _SCHEMES if k[1] not in _COMMS.values()]:
+        del _SCHEMES[key]
+    pg = live_group(group)
+    key = (id(pg), timeout_s)
+    comm = _COMMS.get(key)
+    if comm is None or comm.pg is not pg:
+        comm = _COMMS[key] = DistComm(group, timeout_s=timeout_s)
+    return comm
 
 
-def _cached_scheme(name: str, group: Any, options: dict[str, Any]) -> Scheme:
-    key = (name, group, tuple(sorted(options.items())))
+def _cached_scheme(name: str, comm: DistComm, options: dict[str, Any]) -> Scheme:
+    key = (name, comm, tuple(sorted(options.items())))
     if key not in _SCHEMES:
         _SCHEMES[key] = make_scheme(name, **options)
     return _SCHEMES[key]
@@ -79,16 +118,19 @@ def _cached_scheme(name: str, group: Any, options: dict[str, Any]) -> Scheme:
 
 def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGroup | None = None, *,
               out: torch.Tensor | None = None, validate: bool = True, timeout_s: float | None = None,
-              rows: bool = False, sparse_result: bool = False, **options: Any) -> torch.Tensor:
+              rows: bool = False, sparse_result: bool = False, tag: int | str | None = None,
+              **options: Any) -> torch.Tensor:
     """SUM of `tensor` over the ranks of `group`, same shape and dtype, on every rank: dense, or with
     `sparse_result` a coalesced COO tensor over the rows any rank has.
 
     `tensor` may be dense (any shape; `rows`: as rows of its first dim) or sparse COO (e.g.
     nn.Embedding(sparse=True) gradients, duplicates included). Scheme instances (and their per-size
-    state) persist across calls. See `sync` for the rest."""
+    state) persist across calls. `tag` (e.g. the step and the tensor's name) must match across ranks: a rank
+    that skipped or added a call then raises ZenInputError on every rank at its next call, where without a
+    tag its next call would pair with the others' previous one. See `sync` for the rest."""
     comm = _dist_comm(group, timeout_s)
-    return sync(_cached_scheme(scheme, group, options), tensor, comm, out, validate, rows=rows,
-                sparse_result=sparse_result)[0]
+    return sync(lambda: _cached_scheme(scheme, comm, options), tensor, comm, out, validate, rows=rows,
+                sparse_result=sparse_result, config=f"{scheme_config(scheme, options)}|tag={tag}")[0]
 
 
 @dataclass

@@ -10,7 +10,7 @@ from zen.encodings import Message, get_encoding, nonzero_rows
 from zen.grad import LocalGrad
 from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
 from zen.output import Output
-from zen.prediction import count_meta
+from zen.prediction import count_meta, gather_v_meta
 from zen.registry import register_scheme
 from zen.rows import add_messages, add_rows, take_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout
@@ -127,4 +127,4 @@ class BalancedParallelism:
         payload = [self.encoding.payload_bytes(owned[j], union[j], layout) for j in range(P)]
         pushed_to = sent.sum(0).tolist()
         return [{"push": (pushed_to[r] - int(sent[r, r])) * layout.coo_row,
-                 "pull": sum(payload) - payload[r], "meta": 2 * count_meta(P, 2)} for r in range(P)]
+                 "pull": sum(payload) - payload[r], "meta": count_meta(P, 2) + gather_v_meta(P, 2)} for r in range(P)]

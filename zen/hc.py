@@ -14,7 +14,7 @@ from zen.comm.base import Communicator
 from zen.fold import Fold
 from zen.grad import LocalGrad
 from zen.output import Output
-from zen.prediction import COUNT_BYTES
+from zen.prediction import message_meta
 from zen.registry import register_scheme
 from zen.rows import merge_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout
@@ -70,7 +70,7 @@ class HierarchicalCentralization:
 
         def receive(r: int, phase: str, sender: torch.Tensor) -> None:
             got[r][phase] = got[r].get(phase, 0) + int(sender.sum()) * layout.coo_row
-            got[r]["meta"] = got[r].get("meta", 0) + 2 * COUNT_BYTES  # row counts of (ids, values)
+            got[r]["meta"] = got[r].get("meta", 0) + message_meta(2)  # header, row counts of (ids, values)
 
         for sitter, holder in fold.pairs:
             receive(holder, "fold", cur[sitter])

@@ -3,8 +3,13 @@
 Each rank is a fresh `python -m zen.launch` process (no fork of a process that already runs OpenMP
 threads) that initialises the process group, calls `module:function(**kwargs)` and pickles the
 return value. A rank that fails or overruns kills the whole group with a clear error. A `wrap`
-callable may prefix each rank's command line (e.g. `ip netns exec node3`), and `env` per rank lets
+callable may prefix each rank's command line (e.g. `nsenter -t <holder> -n`), and `env` per rank lets
 the caller bind ranks to interfaces; this is how the emulated cluster plugs in.
+
+Ranks never outlive their launcher, whatever killed it (SIGKILL included): each rank starts under
+`setpriv --pdeathsig KILL` (util-linux), so the kernel kills it when its parent dies, even while it is still
+importing torch; without setpriv the rank sets the same signal itself once it runs. The temporary
+folder of a launcher that could not remove it (SIGKILL) is removed by the next launch on this machine.
 
 gloo ranks put gloo's event-loop threads under SCHED_BATCH (see `calm_gloo_event_loop`; ZEN_GLOO_BATCH=0
 keeps the default policy): on a box with fewer cores than ranks this stops the loop of one rank from
@@ -14,10 +19,13 @@ preempting, on every wake-up, the thread of another that holds a gloo lock.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import importlib
 import os
 import pickle
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +38,9 @@ from typing import Any, TextIO
 from zen.types import ZenCommError
 
 GLOO_LOOP_THREAD = "gloo_tcp_loop"  # the name gloo gives its TCP event-loop thread
+FOLDER_PREFIX = "zen-launch-"  # + the launcher's pid + "-": a temporary folder per launch
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
+DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
 
 
 def _gloo_loop_threads() -> list[int]:
@@ -89,22 +100,58 @@ def spawn(target: str, world_size: int, kwargs: dict[str, Any] | None = None, *,
     """Run `target` ("pkg.module:function") on `world_size` ranks; returns each rank's result. `echo`
     receives rank 0's output as it comes (progress of a long run), besides its log."""
     port = free_port() if master_addr == "127.0.0.1" else 29500 + os.getpid() % 1000
-    with tempfile.TemporaryDirectory(prefix="zen-launch-") as tmp:
+    sweep_stale_folders()
+    with tempfile.TemporaryDirectory(prefix=f"{FOLDER_PREFIX}{os.getpid()}-") as tmp:
         args_file = Path(tmp, "kwargs.pkl")
         args_file.write_bytes(pickle.dumps(kwargs or {}))
         procs = []
         for rank in range(world_size):
             rank_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                            MASTER_ADDR=master_addr, MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+                            MASTER_ADDR=master_addr, MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+                            ZEN_LAUNCHER_PID=str(os.getpid()))
             rank_env.update(env(rank) if env else {})
-            cmd = [*(wrap(rank) if wrap else []), sys.executable, "-m", "zen.launch", "--target", target,
-                   "--kwargs", str(args_file), "--out", str(Path(tmp, f"rank{rank}.pkl")),
+            cmd = [*(wrap(rank) if wrap else []), *DIE_WITH_PARENT, sys.executable, "-m", "zen.launch",
+                   "--target", target, "--kwargs", str(args_file), "--out", str(Path(tmp, f"rank{rank}.pkl")),
                    "--backend", backend, "--pg-timeout", str(pg_timeout_s)]
             log = open(Path(tmp, f"rank{rank}.log"), "w+b")  # noqa: SIM115 - closed below
             procs.append((subprocess.Popen(cmd, env=rank_env, stdout=log, stderr=subprocess.STDOUT), log))
         with _Tail(Path(tmp, "rank0.log"), echo) as tail:
             _wait_all(procs, timeout_s, tail.pump)
         return [pickle.loads(Path(tmp, f"rank{r}.pkl").read_bytes()) for r in range(world_size)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def sweep_stale_folders(root: str | None = None) -> list[str]:
+    """Remove the temporary folders of launchers that are no longer running; returns what was removed."""
+    base = Path(root or tempfile.gettempdir())
+    removed = []
+    for folder in base.glob(f"{FOLDER_PREFIX}*-*"):
+        pid = folder.name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)) and folder.is_dir() and folder.stat().st_uid == os.getuid():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
+
+
+def die_with_launcher(launcher: int) -> None:
+    """Have the kernel SIGKILL this process when its parent (the launcher, pid `launcher`) dies; exit now
+    if it already has. Linux only (elsewhere a no-op)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != launcher:
+        os._exit(1)
 
 
 class _Tail:
@@ -177,6 +224,9 @@ def worker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--pg-timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
+    launcher = int(os.environ.get("ZEN_LAUNCHER_PID", "0"))
+    if launcher:
+        die_with_launcher(launcher)
     import torch.distributed as dist
 
     kwargs = pickle.loads(Path(args.kwargs).read_bytes())

@@ -223,6 +223,9 @@ def output_like(tensor: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     shape = tensor.shape
     if out is None:
         return torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+    if out.requires_grad and out.is_leaf:
+        raise ZenInputError("out is a leaf tensor that requires grad (autograd forbids writing into it); "
+                            "pass a buffer without requires_grad, e.g. out=param.grad")
     if out.shape != shape or out.dtype != tensor.dtype or not out.is_contiguous():
         raise ZenInputError(f"out must be a contiguous {tensor.dtype} tensor of shape {tuple(shape)}")
     same = tensor.layout == torch.strided and (out.data_ptr(), out.stride()) == (tensor.data_ptr(), tensor.stride())

@@ -11,21 +11,36 @@ from typing import Any
 
 import torch
 
+from zen.comm.base import COUNT_BYTES, FIXED_SLOTS, HEAD_BYTES
 from zen.grad import to_local_grad
 from zen.registry import make_scheme
 from zen.types import PhaseBytes, WireLayout
 
-COUNT_BYTES = 8  # one int64 row count per tensor of a message
-VALIDATION_FIELDS = 7
+FIXED_BYTES = 8 * FIXED_SLOTS  # one rank's part of a fixed all-gather (zen.comm.base)
+
+
+def message_meta(tensors_per_message: int) -> int:
+    """Metadata of one message received from one peer: its header and its tensors' row counts."""
+    return HEAD_BYTES + tensors_per_message * COUNT_BYTES
 
 
 def count_meta(world_size: int, tensors_per_message: int) -> int:
-    """Metadata received ahead of an all_to_all_v / all_gather_v of `tensors_per_message` tensors."""
-    return (world_size - 1) * tensors_per_message * COUNT_BYTES
+    """Metadata received in an all_to_all_v of `tensors_per_message` tensors (one message per peer)."""
+    return (world_size - 1) * message_meta(tensors_per_message)
+
+
+def gather_meta(world_size: int) -> int:
+    """What one fixed all-gather brings (the input check, a scheme's small agreement)."""
+    return (world_size - 1) * FIXED_BYTES
+
+
+def gather_v_meta(world_size: int, tensors_per_message: int) -> int:
+    """Metadata received in an all_gather_v: its fixed all-gather of sizes, then each peer's row counts."""
+    return (world_size - 1) * (FIXED_BYTES + tensors_per_message * COUNT_BYTES)
 
 
 def validation_meta(world_size: int) -> int:
-    return (world_size - 1) * VALIDATION_FIELDS * COUNT_BYTES
+    return gather_meta(world_size)
 
 
 def layout_and_sets(tensors: list[torch.Tensor], seed: int = 0) -> tuple[WireLayout, list[torch.Tensor]]:

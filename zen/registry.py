@@ -54,11 +54,20 @@ def schemes() -> list[str]:
     return sorted(_FACTORIES)
 
 
+def scheme_config(scheme: Scheme | str, options: dict[str, Any] | None = None) -> str:
+    """A scheme's name and options as one string: what every rank of a call must agree on."""
+    if isinstance(scheme, str):
+        return f"{scheme}{sorted((options or {}).items())}"
+    return getattr(scheme, "config", None) or scheme.name
+
+
 def make_scheme(name: str, **options: Any) -> Scheme:
     _load()
     if name not in _FACTORIES:
         raise ZenInputError(f"unknown scheme {name!r}; choose one of: {', '.join(sorted(_FACTORIES))}")
     try:
-        return _FACTORIES[name](**options)
+        scheme = _FACTORIES[name](**options)
     except TypeError as exc:
         raise ZenInputError(f"bad options for scheme {name!r}: {exc}") from exc
+    scheme.config = scheme_config(name, options)
+    return scheme

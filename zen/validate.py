@@ -10,7 +10,7 @@ from zen.comm.base import Communicator
 from zen.grad import LocalGrad
 from zen.types import ZenInputError
 
-FIELDS = ("dtype", "rows", "row_width", "shape", "scheme", "non_finite", "bad_index")
+FIELDS = ("dtype", "rows", "row_width", "shape", "scheme", "non_finite", "bad_index", "failed")
 
 
 def _code(text: str) -> int:
@@ -41,19 +41,26 @@ def _describe_all(name: str, parts: list[Part]) -> str:
 
 
 def local_summary(parts: list[Part], check_finite: bool = True) -> list[int]:
-    """7 integers saying what this rank is about to sync: a code per descriptive field (over every part),
-    then whether any part holds a NaN / Inf (only with `check_finite`) or an out-of-range sparse index."""
+    """8 integers saying what this rank is about to sync: a code per descriptive field (over every part),
+    then whether any part holds a NaN / Inf (only with `check_finite`) or an out-of-range sparse index, and
+    0 (the rank's local checks passed)."""
     non_finite = check_finite and not all(
         all_finite(grad.values if grad.indices is not None else grad.dense) for grad, _, _ in parts)
     return [*(_code(_describe_all(name, parts)) for name in FIELDS[:5]), int(non_finite),
-            int(any(grad.bad_index for grad, _, _ in parts))]
+            int(any(grad.bad_index for grad, _, _ in parts)), 0]
 
 
-def check_parts(parts: list[Part], comm: Communicator, check_finite: bool = True) -> None:
-    """One check for several tensors synced back to back (a DDP bucket's parts): all-gather a 7-integer
-    summary per rank (phase 'meta') and raise ZenInputError on every rank on any issue."""
-    mine = local_summary(parts, check_finite)
+def check_parts(parts: list[Part] | None, comm: Communicator, check_finite: bool = True) -> None:
+    """One check for several tensors synced back to back (a DDP bucket's parts): all-gather an 8-integer
+    summary per rank (phase 'meta') and raise ZenInputError on every rank on any issue. `parts=None`: this
+    rank failed its local checks (it raises its own error; the others learn that it did)."""
+    mine = local_summary(parts, check_finite) if parts is not None else [0] * (len(FIELDS) - 1) + [1]
     table = comm.all_gather_fixed(torch.tensor(mine, dtype=torch.int64, device=comm.device)).cpu().tolist()
+    failed = [r for r, row in enumerate(table) if row[7]]
+    if failed:
+        raise ZenInputError(f"zen: bad input on rank {comm.rank}: ranks {failed} refused their input or "
+                            f"options locally (their own errors say why)")
+    assert parts is not None
     problems = []
     for r, row in enumerate(table):
         if row[5]:
@@ -70,7 +77,7 @@ def check_parts(parts: list[Part], comm: Communicator, check_finite: bool = True
         raise ZenInputError(f"zen: bad input on rank {comm.rank}: " + "; ".join(problems))
 
 
-def check_inputs(grad: LocalGrad, shape: tuple[int, ...], scheme: str, comm: Communicator,
-                 check_finite: bool = True) -> None:
-    """`check_parts` of one tensor."""
-    check_parts([(grad, shape, scheme)], comm, check_finite)
+def check_inputs(grad: LocalGrad | None, shape: tuple[int, ...], scheme: str, comm: Communicator,
+                 check_finite: bool = True, failed: bool = False) -> None:
+    """`check_parts` of one tensor (`failed`: this rank refused it locally)."""
+    check_parts(None if failed or grad is None else [(grad, shape, scheme)], comm, check_finite)

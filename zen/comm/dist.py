@@ -1,5 +1,11 @@
 """torch.distributed backend (gloo on CPU, NCCL on GPU): tensors stay on their device and every
-collective waits with a timeout, so a dead or missing peer becomes a ZenCommError, not a hang."""
+collective carries a timeout, so a dead, missing or late peer becomes a ZenCommError, not a hang.
+
+The timeout goes into the collective itself (its options), not only into the wait: gloo then fails the
+operation and closes its connections, so a late peer never meets a stale half-finished operation (that
+paired it with the wrong call: wrong sums, or gloo aborting the process on a size mismatch), and the
+survivors' `destroy_process_group` returns at once instead of waiting for the group's own timeout.
+"""
 
 from __future__ import annotations
 
@@ -8,53 +14,90 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
 
 from zen.comm.base import Communicator
+from zen.types import ZenInputError
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("ZEN_TIMEOUT_S", "300"))
+FALLBACK_TIMEOUT_S = 300.0
+
+
+def timeout_seconds(timeout_s: float | None = None) -> float:
+    """`timeout_s`, else $ZEN_TIMEOUT_S read now (not at import), else 300 s; must be positive."""
+    if timeout_s is None:
+        raw = os.environ.get("ZEN_TIMEOUT_S", "")
+        try:
+            timeout_s = float(raw) if raw else FALLBACK_TIMEOUT_S
+        except ValueError:
+            raise ZenInputError(f"zen: ZEN_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
+    if not timeout_s > 0:
+        raise ZenInputError(f"zen: timeout_s must be > 0 seconds, got {timeout_s}")
+    return float(timeout_s)
+
+
+def live_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
+    """The process group object `group` names now (None: the current default group)."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("zen: torch.distributed is not initialized; call init_process_group first")
+    return group if group is not None else c10d._get_default_group()
+
+
+def is_live(group: dist.ProcessGroup) -> bool:
+    """Whether `group` is still registered (not destroyed)."""
+    return dist.is_initialized() and group in c10d._world.pg_map
 
 
 class DistComm(Communicator):
-    """A Communicator over a torch.distributed process group."""
+    """A Communicator over a torch.distributed process group. `timeout_s=None` reads $ZEN_TIMEOUT_S at
+    every call."""
 
     def __init__(self, group: dist.ProcessGroup | None = None, timeout_s: float | None = None,
                  seed: int | None = None):
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("zen: torch.distributed is not initialized; call init_process_group first")
-        backend = dist.get_backend(group)
-        device = (
-            torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-        )
-        super().__init__(dist.get_rank(group), dist.get_world_size(group), device, seed)
+        self.pg = live_group(group)
+        if timeout_s is not None:
+            timeout_seconds(timeout_s)
+        self.timeout_s = timeout_s
+        backend = dist.get_backend(self.pg)
+        self.gloo = backend == "gloo"
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        super().__init__(dist.get_rank(self.pg), dist.get_world_size(self.pg), device, seed)
         self.group = group
-        self.timeout = datetime.timedelta(seconds=timeout_s or DEFAULT_TIMEOUT_S)
+
+    @property
+    def timeout(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
+
+    def _opts(self, kind: type) -> object:
+        opts = kind()
+        opts.timeout = self.timeout
+        return opts
 
     def _wait(self, work: dist.Work | None) -> None:
         if work is not None:
             work.wait(timeout=self.timeout)
 
-    def _peer(self, peer: int) -> int:
-        return peer if self.group is None else dist.get_global_rank(self.group, peer)
+    def _issue_all_reduce(self, tensor: torch.Tensor) -> dist.Work:
+        opts = self._opts(c10d.AllreduceOptions)
+        opts.reduceOp = dist.ReduceOp.SUM
+        return self.pg.allreduce([tensor], opts)
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
-        self._wait(dist.all_reduce(tensor, group=self.group, async_op=True))
+        self._wait(self._issue_all_reduce(tensor))
 
     def _all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
-        # no wait here: the group's own timeout (set when it was created) fails the future
-        return dist.all_reduce(tensor, group=self.group, async_op=True).get_future()
+        return self._issue_all_reduce(tensor).get_future()  # the operation's own timeout fails the future
 
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         outs = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        self._wait(dist.all_gather(outs, tensor.contiguous(), group=self.group, async_op=True))
+        self._wait(self.pg.allgather([outs], [tensor.contiguous()], self._opts(c10d.AllgatherOptions)))
         return torch.stack(outs)
 
     def _all_to_all(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
         # on gloo the wire is host memory: CUDA payloads are staged there (and unpacked back, zen.comm.base)
         send = torch.cat(bufs).to(self.device) if bufs else torch.empty(0, dtype=torch.uint8, device=self.device)
         recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=self.device)
-        work = dist.all_to_all_single(
-            recv, send, recv_sizes, [int(b.numel()) for b in bufs], group=self.group, async_op=True
-        )
+        work = self.pg.alltoall_base(recv, send, recv_sizes, [int(b.numel()) for b in bufs],
+                                     self._opts(c10d.AllToAllOptions))
         self._wait(work)
         return list(recv.split(recv_sizes))
 
@@ -63,14 +106,15 @@ class DistComm(Communicator):
         return self._all_to_all([buf] * self.world_size, sizes)
 
     def _sendrecv(self, peer: int, send: torch.Tensor | None, recv_size: int | None) -> torch.Tensor | None:
+        # a point-to-point wait that times out makes gloo close the pair: nothing stale is left behind
         works = []
         recv = None
         if recv_size is not None:
             recv = torch.empty(recv_size, dtype=torch.uint8, device=self.device)
             if recv_size:
-                works.append(dist.irecv(recv, self._peer(peer), group=self.group))
+                works.append(self.pg.recv([recv], peer, 0))  # group ranks, as the schemes use them
         if send is not None and send.numel():
-            works.append(dist.isend(send.contiguous().to(self.device), self._peer(peer), group=self.group))
+            works.append(self.pg.send([send.contiguous().to(self.device)], peer, 0))
         for w in works:
             self._wait(w)
         return recv

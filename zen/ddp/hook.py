@@ -12,7 +12,10 @@ up; sparse parts run the scheme there. A step's last bucket runs in the hook cal
 idle (nothing of backward is left to overlap). Errors and timeouts fail the futures, so `loss.backward()`
 raises on every rank. Buckets arrive un-averaged; like DDP's own allreduce hook we return the mean unless
 `average=False`. Scheme state is keyed by tensor size, not bucket index, so DDP's bucket rebuild after
-iteration 1 is harmless.
+iteration 1 is harmless. Every bucket is one call on its lane's communicator (zen.comm.base): its headers
+carry the call number and a code of the hook's settings, so a rank configured differently raises at once on
+every rank; tensor sizes are taken as agreed (DDP verified the parameters' shapes across ranks when it was
+built and gives every rank the same buckets), so a dense part needs no size header.
 No `from __future__ import annotations` here: DDP's register_comm_hook compares the hook's annotations
 with the real classes and rejects strings.
 """
@@ -28,10 +31,11 @@ import torch.distributed as dist
 from torch import nn
 
 from zen.api import prepare, run
-from zen.comm.dist import DEFAULT_TIMEOUT_S, DistComm
+from zen.comm.base import code_of
+from zen.comm.dist import DistComm, timeout_seconds
 from zen.ddp.router import BucketRouter, Part, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
-from zen.registry import Scheme, make_scheme
+from zen.registry import Scheme, make_scheme, scheme_config
 from zen.types import SyncStats, ZenCommError, ZenInputError
 from zen.validate import check_parts
 
@@ -112,8 +116,8 @@ class ZenHookState:
             raise ZenInputError(f"nonfinite must be one of {NONFINITE}, got {self.nonfinite!r}")
         if self.check_every < 0:
             raise ZenInputError(f"check_every must be >= 0 (0: never), got {self.check_every}")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ZenInputError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.timeout_s is not None:
+            timeout_seconds(self.timeout_s)
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
         self._make_schemes()  # unknown names and bad options fail here, not inside backward
@@ -123,6 +127,12 @@ class ZenHookState:
         state = dict(self.__dict__)
         state.update(group=None, _lanes=[], _fault=Fault(), sparse_params=None)
         return state
+
+    @property
+    def call_code(self) -> int:
+        """What every rank's hook must agree on, as the code its calls carry (zen.comm.base)."""
+        return code_of(f"hook|{scheme_config(self.scheme, self.options)}|validate={self.validate}|"
+                       f"check_every={self.check_every}|nonfinite={self.nonfinite}|average={self.average}")
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
@@ -139,7 +149,7 @@ class ZenHookState:
         return self._lanes[bucket_index % len(self._lanes)]
 
     def _new_lane(self, k: int) -> Lane:
-        timeout = datetime.timedelta(seconds=self.timeout_s or DEFAULT_TIMEOUT_S)
+        timeout = datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
         try:
             group = self.group if self.group is not None else dist.new_group(timeout=timeout)
         except Exception as exc:  # a peer that never reaches its first bucket
@@ -159,10 +169,11 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     assert state._router is not None
     parts = state._router.split(bucket)
     step, check, lane = state._step, state.check_due(), state.lane(bucket.index())
+    code = code_of(f"{state.call_code}|step={state.iteration}|bucket={bucket.index()}")  # a skipped step shows
     done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
 
     def job() -> None:
-        _sync_bucket(state, lane, bucket.buffer(), parts, step, check, done)
+        _sync_bucket(state, lane, bucket.buffer(), parts, step, check, code, done)
 
     if state.asynchronous:
         lane.worker.submit(job, done, inline_if_idle=bucket.is_last())
@@ -187,10 +198,11 @@ def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
 
 
 def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: list[Part], step: StepRecord,
-                 check: bool, done: torch.futures.Future) -> None:
+                 check: bool, code: int, done: torch.futures.Future) -> None:
     """One bucket: one input check for all its parts (if due), the dense parts' all-reduces issued, the
     sparse parts synchronized; `done` completes when the all-reduces have too."""
     comm = lane.comm
+    comm.begin_call(code, sizes_agreed=True)
     divisor = comm.world_size if state.average else 1
     scheme = lane.schemes[state.scheme]
     # embedding rows (and any COO gradient) through the scheme; the rest, or all if the scheme is dense, async

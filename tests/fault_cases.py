@@ -1,0 +1,123 @@
+"""Bodies of real gloo ranks under faults (targets for zen.launch.spawn): a late peer, a skipped call, ranks
+configured differently, a refused input on one rank, a re-created process group. Each returns what it saw;
+tests/test_faults.py checks that every rank raised, that no sum was wrong, and that nothing hung."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import zen
+
+
+def _grad(rank: int, step: int, numel: int = 4096) -> torch.Tensor:
+    """Rank `rank`'s sparse gradient at `step` (values differ per step, so mixed steps give wrong sums)."""
+    g = torch.zeros(numel)
+    g[torch.arange(rank, numel, 37)] = float(step + 1) * (rank + 1)
+    return g
+
+
+def _expected(P: int, step: int, numel: int = 4096) -> torch.Tensor:
+    return sum(_grad(r, step, numel) for r in range(P))
+
+
+def _attempt(fn: Any) -> str:
+    try:
+        fn()
+    except zen.ZenCommError as exc:
+        return f"ZenCommError: {exc}"
+    except zen.ZenInputError as exc:
+        return f"ZenInputError: {exc}"
+    return "ok"
+
+
+def late_peer(scheme: str, timeout_s: float, late_s: float) -> dict[str, Any]:
+    """The last rank arrives `late_s` after the others, whose calls time out after `timeout_s`; they retry
+    once. Every attempt must raise (or give the right sum), and the group must come down at once."""
+    rank, P = dist.get_rank(), dist.get_world_size()
+    start = time.monotonic()
+    seen = []
+    if rank == P - 1:
+        time.sleep(late_s)
+    for step in range(2):
+        def call(step: int = step) -> None:
+            out = zen.allreduce(_grad(rank, step), scheme, timeout_s=timeout_s)
+            if not torch.equal(out, _expected(P, step)):
+                raise AssertionError("wrong sum")
+        seen.append(_attempt(call))
+    return {"seen": seen, "elapsed": time.monotonic() - start}
+
+
+def skipped_call(scheme: str, tagged: bool) -> list[str]:
+    """Rank 1 skips step 0 and carries on; with `tagged` (the step as the call's tag) every rank must raise
+    at once, where untagged calls would pair rank 1's step 1 with the others' step 0."""
+    rank, P = dist.get_rank(), dist.get_world_size()
+    seen = []
+    for step in range(3):
+        if rank == 1 and step == 0:
+            continue
+
+        def call(step: int = step) -> None:
+            out = zen.allreduce(_grad(rank, step), scheme, timeout_s=10, tag=step if tagged else None)
+            if not torch.equal(out, _expected(P, step)):
+                raise AssertionError(f"wrong sum at step {step}: steps mixed")
+        seen.append(_attempt(call))
+        if seen[-1] != "ok":
+            break
+    return seen
+
+
+def configured_apart(kind: str) -> str:
+    """Rank 1 differs from the others in one setting of the same call; every rank must raise."""
+    rank = dist.get_rank()
+    scheme, options, validate, out = "zen", {}, True, None
+    grad = _grad(rank, 0)
+    if rank == 1:
+        if kind == "options":
+            options = {"pull": "coo"}
+        elif kind == "validate":
+            validate = False
+        elif kind == "unknown_scheme":
+            scheme = "zen-nope"
+        elif kind == "bad_out":
+            out = torch.zeros(7)
+        elif kind == "leaf_out":
+            out = torch.zeros(4096, requires_grad=True)
+    return _attempt(lambda: zen.allreduce(grad, scheme, out=out, validate=validate, timeout_s=10, **options))
+
+
+def regroup(schemes: list[str], store_dir: str) -> dict[str, bool]:
+    """Sum, then re-create the process group with the ranks permuted, then with one rank fewer: each sum must
+    be right (a communicator cached for the old group would pair the wrong ranks)."""
+    rank, P = dist.get_rank(), dist.get_world_size()
+    ok: dict[str, bool] = {}
+
+    def check(label: str, me: int, size: int) -> None:
+        for scheme in schemes:
+            out = zen.allreduce(_grad(me, 0), scheme, timeout_s=20)
+            ok[f"{label}/{scheme}"] = bool(torch.equal(out, _expected(size, 0)))
+
+    check("first", rank, P)
+    timeout = datetime.timedelta(seconds=30)
+    for label, size in (("permuted", P), ("smaller", P - 1)):
+        dist.destroy_process_group()
+        me = (rank + 1) % P
+        if me < size:
+            store = dist.FileStore(os.path.join(store_dir, label), size)
+            dist.init_process_group("gloo", store=store, rank=me, world_size=size, timeout=timeout)
+            check(label, me, size)
+        else:
+            store = dist.FileStore(os.path.join(store_dir, label + "-idle"), 1)
+            dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timeout)
+    return ok
+
+
+def sleeper(seconds: float) -> str:
+    """A rank that only waits (its launcher is killed meanwhile)."""
+    time.sleep(seconds)
+    return "slept"
