@@ -24,8 +24,15 @@ $(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pypr
 
 setup: $(STAMP)
 
+# Resumes after an interrupted run (SIGINT or SIGKILL): incomplete outputs are redone, and a lock left by a
+# killed run is released, but only while holding .snakemake/make-run.lock, i.e. when no other `make` runs here.
+SNAKEMAKE := $(VENV)/bin/snakemake --configfile workflow/config/default.yaml
 run: setup
-	$(VENV)/bin/snakemake --cores $(CORES) --configfile workflow/config/default.yaml
+	@mkdir -p .snakemake
+	@flock -n -E 75 .snakemake/make-run.lock sh -c '$(SNAKEMAKE) --unlock >/dev/null 2>&1; \
+		exec $(SNAKEMAKE) --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)'; rc=$$?; \
+		if [ $$rc -eq 75 ]; then echo "make: another 'make' is running the pipeline in this checkout" >&2; fi; \
+		exit $$rc
 
 test: setup
 	$(PY) -m pytest -q
