@@ -46,13 +46,27 @@ def test_unsupported_dtype() -> None:
         zen.simulate("zen", [torch.zeros(3, dtype=torch.int64)])
 
 
-def test_cli_rejects_bad_density_and_scheme(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit, match="density"):
-        main(["bench", "--density", "1.5"])
-    with pytest.raises(SystemExit, match="unknown scheme"):
-        main(["bench", "--schemes", "allreduce,nope"])
-    with pytest.raises(SystemExit):
-        main(["bench", "--pattern", "nope"])
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "--density", "1.5"], "density"), (["bench", "--schemes", "allreduce,nope"], "unknown scheme"),
+    (["bench", "--pattern", "nope"], "pattern"), (["bench", "-n", "0"], "world-size"),
+    (["bench", "--numel", "0"], "numel"), (["bench", "--repeats", "0"], "repeats"),
+    (["bench", "--backend", "gloo", "--bandwidth", "0gbit"], "bandwidth"), (["bench", "--bandwidth", "1gbit"], "gloo"),
+    (["scale", "--world-sizes", "1"], "world-sizes"),
+])
+def test_cli_bad_values_are_one_line_and_exit_2(argv: list[str], says: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and says in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_cli_counts_accept_powers() -> None:
+    from zen.cli_args import count
+
+    assert count("2^20") == count("1048576") == count("1.048576e6") == 1 << 20
 
 
 def test_out_overlapping_the_input_is_refused() -> None:

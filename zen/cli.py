@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from zen.cli_args import UsageError
+
 SUBCOMMANDS = {
     "schemes": ("zen.cli_schemes", "list the registered synchronization schemes"),
     "bench": ("zen.bench.cli", "microbenchmark schemes (sim, gloo, nccl) in the spirit of nccl-tests"),
@@ -33,9 +35,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, help_text = SUBCOMMANDS[argv[0]]
     module = importlib.import_module(module_name)
-    cmd = argparse.ArgumentParser(prog=f"zen {argv[0]}", description=help_text)
+    cmd = argparse.ArgumentParser(prog=f"zen {argv[0]}", description=help_text,
+                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     module.add_arguments(cmd)
-    return int(module.run(cmd.parse_args(argv[1:])) or 0)
+    args = cmd.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except UsageError as exc:
+        print(f"zen {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

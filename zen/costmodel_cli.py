@@ -10,6 +10,7 @@ import argparse
 
 from zen import costmodel
 from zen.bench.patterns import PATTERNS, index_set
+from zen.cli_args import UsageError
 from zen.netem import parse_rate
 from zen.prediction import predict, totals
 from zen.registry import schemes
@@ -30,9 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.density <= 1:
-        raise SystemExit(f"zen model: --density must be in [0, 1], got {args.density}")
+        raise UsageError(f"--density must be in [0, 1], got {args.density}")
     if args.pattern is None and args.gamma_n is None:
-        raise SystemExit("zen model: give --pattern (draw index sets) or --gamma-n (closed forms)")
+        raise UsageError("give --pattern (draw index sets) or --gamma-n (closed forms)")
     net = costmodel.Network(alpha=args.alpha_us * 1e-6, bandwidth=parse_rate(args.bandwidth) / 8)
     n, M = args.world_size, args.numel
     exact: dict[str, int] = {}

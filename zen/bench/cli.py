@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import argparse
 
+import torch.distributed as dist
+
 from zen.bench.harness import DTYPES, BenchConfig, run_bench
 from zen.bench.patterns import PATTERNS
 from zen.bench.report import json_lines, markdown, table, write_atomic
+from zen.cli_args import UsageError, count, positive_int, rate
 from zen.encodings import encodings
 from zen.registry import schemes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("sim", "gloo", "nccl"), default="sim")
-    p.add_argument("--world-size", "-n", type=int, default=4)
+    p.add_argument("--world-size", "-n", type=positive_int, default=4)
     p.add_argument("--schemes", default="all", help="comma-separated scheme names, or 'all'")
-    p.add_argument("--numel", type=lambda s: int(float(s)), default=1 << 20, help="elements (2^20, 1e6, ...)")
+    p.add_argument("--numel", type=count, default=1 << 20, help="elements (2^20, 1e6, ...)")
     p.add_argument("--density", type=float, default=0.01)
     p.add_argument("--pattern", choices=PATTERNS, default="random")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--repeats", type=positive_int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bandwidth", default=None, help="gloo only: emulated per-node link rate, e.g. 1gbit")
+    p.add_argument("--bandwidth", type=rate, default=None, help="gloo only: emulated per-node link rate, e.g. 1gbit")
     p.add_argument("--sim-bandwidth-gbps", type=float, default=25.0, help="sim only: link rate for times")
     p.add_argument("--in-place", action="store_true",
                    help="output into the input buffer, as DDP's buckets are (refilled before each untimed barrier)")
@@ -35,14 +38,16 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     names = schemes() if args.schemes == "all" else [s.strip() for s in args.schemes.split(",") if s.strip()]
     unknown = sorted(set(names) - set(schemes()))
     if unknown:
-        raise SystemExit(f"zen bench: unknown scheme(s) {unknown}; choose from {', '.join(schemes())}")
+        raise UsageError(f"unknown scheme(s) {unknown}; choose from {', '.join(schemes())}")
     if "allreduce" in names:  # the reference first, so speedups read top-down
         names.remove("allreduce")
         names.insert(0, "allreduce")
     if not 0.0 <= args.density <= 1.0:
-        raise SystemExit(f"zen bench: --density must be in [0, 1], got {args.density}")
+        raise UsageError(f"--density must be in [0, 1], got {args.density}")
+    if args.backend == "nccl" and not (dist.is_available() and dist.is_nccl_available()):
+        raise UsageError("--backend nccl: this torch has no NCCL (a CPU build); use gloo or sim")
     if args.bandwidth and args.backend == "sim":
-        raise SystemExit("zen bench: --bandwidth needs --backend gloo (sim uses --sim-bandwidth-gbps)")
+        raise UsageError("--bandwidth needs --backend gloo (sim uses --sim-bandwidth-gbps)")
     options = {}
     if args.pull:
         options = {n: {"pull": args.pull} for n in names if n in ("zen", "zen-bp")}

@@ -23,6 +23,7 @@ import zen
 from zen import costmodel
 from zen.bench.patterns import PATTERNS, index_set, make_gradient
 from zen.bench.report import write_atomic
+from zen.cli_args import UsageError, count, world_sizes
 from zen.prediction import predict, totals
 from zen.registry import schemes
 from zen.types import WireLayout
@@ -82,13 +83,13 @@ def verify(n: int, args: argparse.Namespace, names: list[str], table: list[dict[
         res = zen.simulate(name, grads, warmup=1, seed=args.seed)
         want = next(r["bytes_received_max"] for r in table if r["scheme"] == name and r["world_size"] == n)
         if max(res.bytes_received) != want:
-            raise SystemExit(f"zen scale: {name} at n={n}: simulated {max(res.bytes_received)} != predicted {want}")
+            raise UsageError(f"{name} at n={n}: simulated {max(res.bytes_received)} != predicted {want}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schemes", default="all")
-    p.add_argument("--world-sizes", default="2,4,8,16,32,64,128")
-    p.add_argument("--numel", type=lambda s: int(float(s)), default=1 << 22)
+    p.add_argument("--world-sizes", type=world_sizes, default="2,4,8,16,32,64,128")
+    p.add_argument("--numel", type=count, default=1 << 22)
     p.add_argument("--density", type=float, default=0.0247, help="per-rank density (default: NMT, 2.47%%)")
     p.add_argument("--pattern", choices=PATTERNS, default="zipf")
     p.add_argument("--trace", default=None, help="replay a profiled trace instead of a synthetic pattern")
@@ -102,9 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     names = schemes() if args.schemes == "all" else args.schemes.split(",")
     if not 0 <= args.density <= 1:
-        raise SystemExit(f"zen scale: --density must be in [0, 1], got {args.density}")
+        raise UsageError(f"--density must be in [0, 1], got {args.density}")
     table: list[dict[str, Any]] = []
-    for n in (int(x) for x in args.world_sizes.split(",")):
+    for n in args.world_sizes:
         data = sets_for(args, n)
         if data is None:
             print(f"# n={n}: trace has fewer workers, skipped")
