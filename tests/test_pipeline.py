@@ -20,7 +20,6 @@ import aggregate  # noqa: E402
 import claims  # noqa: E402
 import figures  # noqa: E402
 import report  # noqa: E402
-import trace_for_scale  # noqa: E402
 
 SCHEMES = ["allreduce", "agsparse", "sparcml", "zen"]
 
@@ -144,15 +143,21 @@ def test_scale_figure_and_claims(tmp_path):
     assert got["Fig 8: BP without index = BP / 2"]["verdict"] == "match"
 
 
-def test_profile_trace_becomes_one_row_space_per_worker():
+def test_profile_trace_becomes_one_row_space_per_worker(tmp_path, capsys):
     import torch
+
+    from zen.bench.scale import replay_sets
+    from zen.cli import main
 
     trace = {"params": [{"rows": 10}, {"rows": 5}],
              "indices": [[[torch.tensor([1, 2], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)],
                           [torch.tensor([2], dtype=torch.int32), torch.tensor([4], dtype=torch.int32)]]]}
-    out = trace_for_scale.convert(trace, -1)
+    out = replay_sets(trace, -1)
     assert out["rows"] == 15
     assert [s.tolist() for s in out["sets"]] == [[1, 2, 10], [2, 14]]
+    torch.save(trace, tmp_path / "traces.pt")  # what `zen profile` writes, replayed as it is
+    assert main(["scale", "--trace", str(tmp_path / "traces.pt"), "--world-sizes", "2", "--schemes", "zen-bp"]) == 0
+    assert "zen-bp" in capsys.readouterr().out
 
 
 def test_colours_are_fixed_per_scheme():

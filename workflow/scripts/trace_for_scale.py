@@ -1,9 +1,7 @@
 """Turn a `zen profile` trace (traces.pt) into the replay format of `zen scale --trace`.
 
-`zen profile` stores row ids per step, worker and sparse parameter; `zen scale` wants one set per worker
-in a single row space: {"rows": M, "sets": [int64 row ids of worker 0, ...]}. Parameters are stacked in
-order (as workloads/profile.py does for its statistics) and one step is taken (the last by default:
-the model has trained a little, as in the paper's measurements).
+`zen scale --trace` reads a traces.pt too; this stage keeps the pipeline's converted sets as a small
+file of their own (zen.bench.scale.replay_sets: one set per worker in one row space, one step).
 Usage: python workflow/scripts/trace_for_scale.py results/profile/lstm/traces.pt OUT.pt [--step -1]
 """
 
@@ -15,14 +13,7 @@ from pathlib import Path
 
 import torch
 
-
-def convert(trace: dict, step: int) -> dict:
-    rows = [int(p["rows"]) for p in trace["params"]]
-    offsets = [sum(rows[:k]) for k in range(len(rows))]
-    workers = trace["indices"][step]
-    sets = [torch.cat([ids.long() + off for ids, off in zip(per_param, offsets, strict=True)]).unique()
-            for per_param in workers]
-    return {"rows": sum(rows), "sets": sets}
+from zen.bench.scale import replay_sets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out")
     parser.add_argument("--step", type=int, default=-1)
     args = parser.parse_args(argv)
-    data = convert(torch.load(args.trace, weights_only=True), args.step)
+    data = replay_sets(torch.load(args.trace, weights_only=True), args.step)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")

@@ -31,15 +31,31 @@ from zen.types import WireLayout
 IDEAL = "bp-without-index"
 
 
-def load_trace(path: str) -> tuple[int, list[torch.Tensor]]:
-    """A trace file: torch.save({"rows": M, "sets": [int64 row ids per worker, ...]})."""
+def replay_sets(trace: dict[str, Any], step: int = -1) -> dict[str, Any]:
+    """A `zen profile` trace (row ids per step, worker and sparse parameter) as one set per worker in a
+    single row space, {"rows": M, "sets": [...]}: parameters stacked in order, one step (the last by
+    default: the model has trained a little, as in the paper's measurements)."""
+    rows = [int(p["rows"]) for p in trace["params"]]
+    offsets = [sum(rows[:k]) for k in range(len(rows))]
+    sets = [torch.cat([ids.long() + off for ids, off in zip(per_param, offsets, strict=True)]).unique()
+            for per_param in trace["indices"][step]]
+    return {"rows": sum(rows), "sets": sets}
+
+
+def load_trace(path: str, step: int = -1) -> tuple[int, list[torch.Tensor]]:
+    """A trace file: the replay format torch.save({"rows": M, "sets": [int64 row ids per worker, ...]}),
+    or the traces.pt that `zen profile` writes (converted by `replay_sets`)."""
     data = torch.load(path, weights_only=True)
+    if "rows" not in data:
+        if "indices" not in data:
+            raise UsageError(f"--trace {path}: neither a replay trace nor a `zen profile` traces.pt")
+        data = replay_sets(data, step)
     return int(data["rows"]), [s.long() for s in data["sets"]]
 
 
 def sets_for(args: argparse.Namespace, n: int) -> tuple[int, list[torch.Tensor]] | None:
     if args.trace:
-        rows, sets = load_trace(args.trace)
+        rows, sets = load_trace(args.trace, args.trace_step)
         return (rows, sets[:n]) if len(sets) >= n else None
     if args.pattern == "disjoint":
         return args.numel, [index_set(args.pattern, args.numel, args.density, r, n, args.seed) for r in range(n)]
@@ -92,7 +108,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--numel", type=count, default=1 << 22)
     p.add_argument("--density", type=float, default=0.0247, help="per-rank density (default: NMT, 2.47%%)")
     p.add_argument("--pattern", choices=PATTERNS, default="zipf")
-    p.add_argument("--trace", default=None, help="replay a profiled trace instead of a synthetic pattern")
+    p.add_argument("--trace", default=None, help="replay a profiled trace (zen profile's traces.pt, or the "
+                   "replay format) instead of a synthetic pattern")
+    p.add_argument("--trace-step", type=int, default=-1, help="which profiled step of a traces.pt to replay")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bandwidth-gbps", type=float, default=25.0)
     p.add_argument("--verify-up-to", type=int, default=0, help="also simulate world sizes <= this and check")
@@ -102,6 +120,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     names = schemes() if args.schemes == "all" else args.schemes.split(",")
+    unknown = sorted(set(names) - set(schemes()))
+    if unknown:
+        raise UsageError(f"unknown scheme(s) {unknown}; choose from {', '.join(schemes())}")
+    if "allreduce" not in names:  # the reference every row is normalized by
+        names = ["allreduce", *names]
     if not 0 <= args.density <= 1:
         raise UsageError(f"--density must be in [0, 1], got {args.density}")
     table: list[dict[str, Any]] = []
