@@ -121,3 +121,63 @@ def sleeper(seconds: float) -> str:
     """A rank that only waits (its launcher is killed meanwhile)."""
     time.sleep(seconds)
     return "slept"
+
+
+def _fail_at_op(n: int, action: Any) -> None:
+    """Make this rank run `action` when it reaches its n-th guarded backend operation (mid-call)."""
+    from zen.comm import base
+
+    original = base.Communicator._guard
+    seen = [0]
+
+    def guard(self: Any, what: str, phase: str, fn: Any) -> Any:
+        seen[0] += 1
+        if seen[0] == n:
+            action()
+        return original(self, what, phase, fn)
+
+    base.Communicator._guard = guard  # type: ignore[method-assign]
+
+
+def _leave_now(result: str) -> None:
+    """Vanish as a killed process does (no cleanup, sockets closed by the kernel); the result file is
+    written first only so that the launcher, which wants one from every rank, can report the others."""
+    import pickle
+    import sys
+    from pathlib import Path
+
+    out = sys.argv[sys.argv.index("--out") + 1]
+    Path(out).write_bytes(pickle.dumps({"seen": [result], "elapsed": 0.0}))
+    os._exit(0)
+
+
+def _freeze_for(seconds: float) -> None:
+    """SIGSTOP this rank; a helper process sends SIGCONT after `seconds`."""
+    import signal
+    import subprocess
+
+    subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {os.getpid()}"])
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def peer_fault(kind: str, scheme: str, timeout_s: float) -> dict[str, Any]:
+    """Rank 1 dies before, during or after a call, or freezes mid-call; the others call twice. Every
+    attempt must give the right sum or raise, within the timeout (+ slack), never hang."""
+    rank, P = dist.get_rank(), dist.get_world_size()
+    if rank == 1:
+        if kind == "before":
+            return {"seen": ["left"], "elapsed": 0.0}
+        if kind == "during":
+            _fail_at_op(2, lambda: _leave_now("died"))
+        if kind == "frozen":
+            _fail_at_op(2, lambda: _freeze_for(timeout_s + 4))
+    seen, start = [], time.monotonic()
+    for step in range(2):
+        def call(step: int = step) -> None:
+            out = zen.allreduce(_grad(rank, step), scheme, timeout_s=timeout_s)
+            if not torch.equal(out, _expected(P, step)):
+                raise AssertionError("wrong sum")
+        seen.append(_attempt(call))
+        if rank == 1 and kind == "after":
+            return {"seen": [*seen, "left"], "elapsed": time.monotonic() - start}
+    return {"seen": seen, "elapsed": time.monotonic() - start}

@@ -160,3 +160,18 @@ def test_stale_folders_are_swept(tmp_path: Path) -> None:
     live.mkdir()
     assert sweep_stale_folders(str(tmp_path)) == [str(stale)]
     assert live.is_dir() and not stale.exists()
+
+
+@pytest.mark.parametrize("scheme", ["allreduce", "zen", "sparcml"])
+@pytest.mark.parametrize("kind", ["before", "during", "after", "frozen"])
+def test_dead_or_frozen_peer(kind: str, scheme: str) -> None:
+    """Rank 1 killed before / during / after a call, or frozen (SIGSTOP) mid-call: the survivors' calls
+    raise ZenCommError within the timeout + 5 s (or sum right, before the fault), none hangs."""
+    timeout_s = 3.0
+    out = spawn("tests.fault_cases:peer_fault", 3, {"kind": kind, "scheme": scheme, "timeout_s": timeout_s},
+                timeout_s=120)
+    for r in (0, 2):
+        seen = out[r]["seen"]
+        assert all(s == "ok" or s.startswith("ZenCommError") for s in seen), (r, seen)
+        assert seen[-1].startswith("ZenCommError"), (r, seen)  # the fault shows by the second call
+        assert out[r]["elapsed"] < 2 * timeout_s + 5, (r, out[r])

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from zen.comm.base import Communicator, code_of
-from zen.comm.dist import DistComm, is_live, live_group, timeout_seconds
+from zen.comm.dist import DistComm, live_group, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
 from zen.grad import LocalGrad, to_local_grad
 from zen.output import Output, make_output
@@ -97,14 +97,14 @@ def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None) -> Dist
     destroyed groups are dropped, with the scheme instances made for them)."""
     if timeout_s is not None:
         timeout_seconds(timeout_s)
-    for key in [k for k, comm in _COMMS.items() if not is_live(comm.pg)]:
+    for key in [k for k, comm in _COMMS.items() if not comm.alive()]:
         del _COMMS[key]
     for key in [k for k in _SCHEMES if k[1] not in _COMMS.values()]:
         del _SCHEMES[key]
     pg = live_group(group)
     key = (id(pg), timeout_s)
     comm = _COMMS.get(key)
-    if comm is None or comm.pg is not pg:
+    if comm is None or not comm.alive() or comm.pg is not pg:
         comm = _COMMS[key] = DistComm(group, timeout_s=timeout_s)
     return comm
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import datetime
 import os
+import weakref
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from zen.comm.base import Communicator
-from zen.types import ZenInputError
+from zen.types import ZenCommError, ZenInputError
 
 FALLBACK_TIMEOUT_S = 300.0
+GRACE_S = 30.0  # a collective's own timeout fires first; the wait only backs it up (NCCL, a stuck backend)
 
 
 def timeout_seconds(timeout_s: float | None = None) -> float:
@@ -42,9 +44,9 @@ def live_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     return group if group is not None else c10d._get_default_group()
 
 
-def is_live(group: dist.ProcessGroup) -> bool:
+def is_live(group: dist.ProcessGroup | None) -> bool:
     """Whether `group` is still registered (not destroyed)."""
-    return dist.is_initialized() and group in c10d._world.pg_map
+    return group is not None and dist.is_initialized() and group in c10d._world.pg_map
 
 
 class DistComm(Communicator):
@@ -53,15 +55,28 @@ class DistComm(Communicator):
 
     def __init__(self, group: dist.ProcessGroup | None = None, timeout_s: float | None = None,
                  seed: int | None = None):
-        self.pg = live_group(group)
+        pg = live_group(group)
+        # a weak reference: a destroyed group must really go when the user drops it (a process group that
+        # outlives destroy_process_group is torn down at interpreter exit, where gloo aborts the process)
+        self._pg = weakref.ref(pg)
         if timeout_s is not None:
             timeout_seconds(timeout_s)
         self.timeout_s = timeout_s
-        backend = dist.get_backend(self.pg)
-        self.gloo = backend == "gloo"
+        backend = dist.get_backend(pg)
         device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-        super().__init__(dist.get_rank(self.pg), dist.get_world_size(self.pg), device, seed)
+        super().__init__(dist.get_rank(pg), dist.get_world_size(pg), device, seed)
         self.group = group
+
+    @property
+    def pg(self) -> dist.ProcessGroup:
+        pg = self._pg()
+        if pg is None:
+            raise ZenCommError(f"rank {self.rank}/{self.world_size}: the process group of this communicator was "
+                               f"destroyed")
+        return pg
+
+    def alive(self) -> bool:
+        return is_live(self._pg())
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -72,9 +87,13 @@ class DistComm(Communicator):
         opts.timeout = self.timeout
         return opts
 
-    def _wait(self, work: dist.Work | None) -> None:
+    def _wait(self, work: dist.Work | None, own_timeout: bool = True) -> None:
+        """Wait for `work`. A collective carries the timeout itself (`own_timeout`): gloo then ends it, and a
+        wait that gave up first would leave it running (a process that exits meanwhile aborts), so the
+        wait allows GRACE_S more. A point-to-point wait is the timeout: gloo closes the pair when it fires."""
         if work is not None:
-            work.wait(timeout=self.timeout)
+            extra = GRACE_S if own_timeout else 0.0
+            work.wait(timeout=datetime.timedelta(seconds=timeout_seconds(self.timeout_s) + extra))
 
     def _issue_all_reduce(self, tensor: torch.Tensor) -> dist.Work:
         opts = self._opts(c10d.AllreduceOptions)
@@ -116,5 +135,5 @@ class DistComm(Communicator):
         if send is not None and send.numel():
             works.append(self.pg.send([send.contiguous().to(self.device)], peer, 0))
         for w in works:
-            self._wait(w)
+            self._wait(w, own_timeout=False)
         return recv
