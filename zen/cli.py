@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from zen.cli_args import UsageError
@@ -33,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
+    if os.environ.get("ZEN_DIE_WITH_PARENT") == "1":  # a pipeline job: go when its shell goes
+        from zen.launch import die_with_parent
+
+        die_with_parent(os.getppid())
     module_name, help_text = SUBCOMMANDS[argv[0]]
     module = importlib.import_module(module_name)
     cmd = argparse.ArgumentParser(prog=f"zen {argv[0]}", description=help_text,

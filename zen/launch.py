@@ -142,15 +142,15 @@ def sweep_stale_folders(root: str | None = None) -> list[str]:
     return removed
 
 
-def die_with_launcher(launcher: int) -> None:
-    """Have the kernel SIGKILL this process when its parent (the launcher, pid `launcher`) dies; exit now
-    if it already has. Linux only (elsewhere a no-op)."""
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent (pid `parent`: a launcher, a pipeline's job
+    shell) dies; exit now if it already has. Linux only (elsewhere a no-op)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         return
-    if os.getppid() != launcher:
+    if os.getppid() != parent:
         os._exit(1)
 
 
@@ -226,7 +226,7 @@ def worker_main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     launcher = int(os.environ.get("ZEN_LAUNCHER_PID", "0"))
     if launcher:
-        die_with_launcher(launcher)
+        die_with_parent(launcher)
     import torch.distributed as dist
 
     kwargs = pickle.loads(Path(args.kwargs).read_bytes())

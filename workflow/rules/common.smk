@@ -25,6 +25,12 @@ FIGURES = f"{RESULTS}/figures"
 BUILD_STAMP = f"{RESULTS}/build/native.txt"
 NETEM_TOOLS = ("ip", "tc", "nsenter", "unshare", "setpriv")
 
+# Jobs die with Snakemake, whatever killed it: each runs in a shell that has the parent-death signal set
+# (workflow/scripts/job-bash), and zen's CLI sets it too under that shell, so a killed run leaves no job
+# (nor its ranks, zen.launch) computing behind; the next `make` resumes cleanly.
+shell.executable(str(Path(workflow.basedir) / "workflow/scripts/job-bash"))
+os.environ["ZEN_DIE_WITH_PARENT"] = "1"
+
 # The command that started this run, for the report (an environment variable, not a param, so another
 # command line does not make the report out of date).
 os.environ.setdefault("ZEN_PIPELINE_COMMAND", shlex.join(["snakemake", *sys.argv[1:]]))
