@@ -34,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
-    if os.environ.get("ZEN_DIE_WITH_PARENT") == "1":  # a pipeline job: go when its shell goes
-        from zen.launch import die_with_parent
+    if os.environ.get("ZEN_PIPELINE_PID", "").isdigit():  # a pipeline job: go when the pipeline goes
+        from zen.launch import exit_with
 
-        die_with_parent(os.getppid())
+        exit_with(int(os.environ["ZEN_PIPELINE_PID"]))
     module_name, help_text = SUBCOMMANDS[argv[0]]
     module = importlib.import_module(module_name)
     cmd = argparse.ArgumentParser(prog=f"zen {argv[0]}", description=help_text,

@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -152,6 +153,17 @@ def die_with_parent(parent: int) -> None:
         return
     if os.getppid() != parent:
         os._exit(1)
+
+
+def exit_with(pid: int, every_s: float = 0.5) -> None:
+    """Exit this process soon after process `pid` has gone (a thread polls it; a job of a killed pipeline
+    stops computing, and its ranks die with it)."""
+    def watch() -> None:
+        while _alive(pid):
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="zen-exit-with", daemon=True).start()
 
 
 class _Tail:

@@ -26,10 +26,10 @@ BUILD_STAMP = f"{RESULTS}/build/native.txt"
 NETEM_TOOLS = ("ip", "tc", "nsenter", "unshare", "setpriv")
 
 # Jobs die with Snakemake, whatever killed it: each runs in a shell that has the parent-death signal set
-# (workflow/scripts/job-bash), and zen's CLI sets it too under that shell, so a killed run leaves no job
-# (nor its ranks, zen.launch) computing behind; the next `make` resumes cleanly.
+# (workflow/scripts/job-bash), and zen's CLI exits when this Snakemake process is gone (a subshell in between
+# would outlive it), its ranks with it (zen.launch); the next `make` resumes cleanly.
 shell.executable(str(Path(workflow.basedir) / "workflow/scripts/job-bash"))
-os.environ["ZEN_DIE_WITH_PARENT"] = "1"
+os.environ["ZEN_PIPELINE_PID"] = str(os.getpid())
 
 # The command that started this run, for the report (an environment variable, not a param, so another
 # command line does not make the report out of date).
