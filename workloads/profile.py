@@ -18,10 +18,8 @@ import csv
 import io
 import json
 import logging
-import os
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -31,6 +29,7 @@ import torch
 
 from workloads import sparsity
 from workloads.base import PRESETS, Workload, build_workload, workload_names
+from zen.provenance import atomic_file, write_atomic
 
 log = logging.getLogger(__name__)
 SKEW_PARTS = (8, 128)
@@ -143,16 +142,6 @@ def summarize(trace: Trace, workers: list[dict], unions: list[dict], pairs: list
     }
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write to a temporary sibling, then rename: readers never see a partial file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _csv_text(rows: list[dict]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [])
@@ -165,11 +154,12 @@ def write_outputs(out: Path, summary: dict[str, Any], tables: dict[str, list[dic
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in tables.items():
         text = _csv_text(rows)
-        _atomic_write(out / f"{name}.csv", lambda p, text=text: p.write_text(text))
+        write_atomic(out / f"{name}.csv", text)
     payload = {"params": trace.params, "indices": trace.indices, "losses": trace.losses}
-    _atomic_write(out / "traces.pt", lambda p: torch.save(payload, p))
+    with atomic_file(out / "traces.pt") as tmp:
+        torch.save(payload, tmp)
     text = json.dumps(summary, indent=1) + "\n"
-    _atomic_write(out / "profile.json", lambda p: p.write_text(text))
+    write_atomic(out / "profile.json", text)
 
 
 def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Path,

@@ -12,6 +12,8 @@ import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +22,29 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write to a temporary file in the same folder, then rename it over `path`."""
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """A temporary sibling of `path` to write (e.g. with torch.save), renamed over `path` on success and
+    removed on failure: an interrupted run never leaves a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, path)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write `data` to `path` through `atomic_file`."""
+    with atomic_file(path) as tmp:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
 
 
 def write_json(path: str | Path, obj: Any, indent: int | None = 1) -> None:

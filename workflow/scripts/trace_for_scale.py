@@ -8,12 +8,11 @@ Usage: python workflow/scripts/trace_for_scale.py results/profile/lstm/traces.pt
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 import torch
 
 from zen.bench.scale import replay_sets
+from zen.provenance import atomic_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,12 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step", type=int, default=-1)
     args = parser.parse_args(argv)
     data = replay_sets(torch.load(args.trace, weights_only=True), args.step)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    torch.save(data, tmp)
-    tmp.replace(out)
-    print(f"{len(data['sets'])} workers, {data['rows']} rows -> {out}")
+    with atomic_file(args.out) as tmp:
+        torch.save(data, tmp)
+    print(f"{len(data['sets'])} workers, {data['rows']} rows -> {args.out}")
     return 0
 
 

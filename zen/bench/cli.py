@@ -8,9 +8,10 @@ import torch.distributed as dist
 
 from zen.bench.harness import DTYPES, BenchConfig, run_bench
 from zen.bench.patterns import PATTERNS
-from zen.bench.report import json_lines, markdown, table, write_atomic
+from zen.bench.report import json_lines, markdown, table
 from zen.cli_args import UsageError, count, positive_int, rate
 from zen.encodings import encodings
+from zen.provenance import write_atomic
 from zen.registry import schemes
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 COLUMNS = [
@@ -52,15 +50,6 @@ def markdown(rows: list[dict[str, Any]]) -> str:
              "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(c) + " |" for c in cells]
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write then rename, so an interrupted run never leaves a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def json_lines(rows: list[dict[str, Any]]) -> str:

@@ -22,9 +22,9 @@ import torch
 import zen
 from zen import costmodel
 from zen.bench.patterns import PATTERNS, index_set, make_gradient
-from zen.bench.report import write_atomic
 from zen.cli_args import UsageError, count, world_sizes
 from zen.prediction import predict, totals
+from zen.provenance import write_atomic
 from zen.registry import schemes
 from zen.types import WireLayout
 
