@@ -26,6 +26,14 @@ def _expected(P: int, step: int, numel: int = 4096) -> torch.Tensor:
     return sum(_grad(r, step, numel) for r in range(P))
 
 
+def _summed(scheme: str, step: int, **options: Any) -> None:
+    """This rank's gradient of `step` through `scheme`; a sum other than the exact one raises."""
+    rank, P = dist.get_rank(), dist.get_world_size()
+    out = zen.allreduce(_grad(rank, step), scheme, **options)
+    if not torch.equal(out, _expected(P, step)):
+        raise AssertionError(f"wrong sum at step {step} (steps mixed?)")
+
+
 def _attempt(fn: Any) -> str:
     try:
         fn()
@@ -45,28 +53,20 @@ def late_peer(scheme: str, timeout_s: float, late_s: float) -> dict[str, Any]:
     if rank == P - 1:
         time.sleep(late_s)
     for step in range(2):
-        def call(step: int = step) -> None:
-            out = zen.allreduce(_grad(rank, step), scheme, timeout_s=timeout_s)
-            if not torch.equal(out, _expected(P, step)):
-                raise AssertionError("wrong sum")
-        seen.append(_attempt(call))
+        seen.append(_attempt(lambda step=step: _summed(scheme, step, timeout_s=timeout_s)))
     return {"seen": seen, "elapsed": time.monotonic() - start}
 
 
 def skipped_call(scheme: str, tagged: bool) -> list[str]:
     """Rank 1 skips step 0 and carries on; with `tagged` (the step as the call's tag) every rank must raise
     at once, where untagged calls would pair rank 1's step 1 with the others' step 0."""
-    rank, P = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     seen = []
     for step in range(3):
         if rank == 1 and step == 0:
             continue
 
-        def call(step: int = step) -> None:
-            out = zen.allreduce(_grad(rank, step), scheme, timeout_s=10, tag=step if tagged else None)
-            if not torch.equal(out, _expected(P, step)):
-                raise AssertionError(f"wrong sum at step {step}: steps mixed")
-        seen.append(_attempt(call))
+        seen.append(_attempt(lambda step=step: _summed(scheme, step, timeout_s=10, tag=step if tagged else None)))
         if seen[-1] != "ok":
             break
     return seen
@@ -163,7 +163,7 @@ def _freeze_for(seconds: float) -> None:
 def peer_fault(kind: str, scheme: str, timeout_s: float) -> dict[str, Any]:
     """Rank 1 dies before, during or after a call, or freezes mid-call; the others call twice. Every
     attempt must give the right sum or raise, within the timeout (+ slack), never hang."""
-    rank, P = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     if rank == 1:
         if kind == "before":
             return {"seen": ["left"], "elapsed": 0.0}
@@ -173,11 +173,7 @@ def peer_fault(kind: str, scheme: str, timeout_s: float) -> dict[str, Any]:
             _fail_at_op(2, lambda: _freeze_for(timeout_s + 4))
     seen, start = [], time.monotonic()
     for step in range(2):
-        def call(step: int = step) -> None:
-            out = zen.allreduce(_grad(rank, step), scheme, timeout_s=timeout_s)
-            if not torch.equal(out, _expected(P, step)):
-                raise AssertionError("wrong sum")
-        seen.append(_attempt(call))
+        seen.append(_attempt(lambda step=step: _summed(scheme, step, timeout_s=timeout_s)))
         if rank == 1 and kind == "after":
             return {"seen": [*seen, "left"], "elapsed": time.monotonic() - start}
     return {"seen": seen, "elapsed": time.monotonic() - start}
