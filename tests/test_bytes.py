@@ -103,8 +103,7 @@ def test_bp_closed_form_pull(pull: str) -> None:
     union = torch.unique(torch.cat(sets)).numel()
     exact = predict("zen-bp", sets, WireLayout(P, M, seed=9), pull=pull)
     mean = sum(phases["pull"] for phases in exact) / P
-    w = costmodel.Workload(n=P, rows=M, density=nnz / M, gamma=lambda m: union / nnz)
-    assert get_encoding(pull).pull_bytes(w, union) == pytest.approx(mean, rel=0.02)
+    assert get_encoding(pull).pull_bytes(WireLayout(P, M), union) == pytest.approx(mean, rel=0.02)
 
 
 @pytest.mark.parametrize("P", [2, 4, 8])

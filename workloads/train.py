@@ -22,7 +22,8 @@ time: the communication the step actually waits for.
 Time per iteration excludes fetching the batch (synthetic data generation is not the workload's cost).
 Launch: `zen train ... --world-size N` spawns N local gloo ranks (zen.launch.spawn) and shows rank 0's
 progress; `torchrun --nproc-per-node 8 -m workloads.train ...` (RANK/WORLD_SIZE set) runs one rank per
-process, NCCL on cuda:LOCAL_RANK when CUDA is available. Rank 0 writes one JSON (atomically) and logs to wandb.
+process, NCCL on cuda:LOCAL_RANK when CUDA is available. Rank 0 writes one JSON (atomically) and logs to wandb
+(workloads/train_report.py).
 """
 
 import argparse
@@ -44,40 +45,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 import zen
 from workloads.base import PRESETS, Workload, build_workload, workload_names
-from workloads.records import STEP_FIELDS, Step, across_ranks, exposed_comm, summarize
+from workloads.records import Step
+from workloads.train_config import TrainConfig
+from workloads.train_report import NATIVE, NO_COMM, log_wandb, print_table, report_of
 from zen.ddp import ZenHookState, ddp_hook
-from zen.provenance import git, versions, write_json
+from zen.provenance import write_json
 
 log = logging.getLogger(__name__)
 
-NO_COMM = "none"  # DDP's no-op hook: headroom without communication
-NATIVE = "ddp"  # no comm hook: DDP's built-in allreduce
-
-
-@dataclass
-class TrainConfig:
-    workload: str
-    preset: str = "tiny"
-    schemes: list[str] = field(default_factory=lambda: ["zen"])
-    world_size: int = 2
-    steps: int = 20
-    warmup: int = 3
-    seed: int = 0
-    bucket_cap_mb: float | None = None
-    bucket_view: bool = True  # DDP's gradient_as_bucket_view: grads live in the buckets (no copy, less memory)
-    check_every: int = 100  # the hook's cross-rank input check on steps 1-2, then every k-th; 0 no more
-    asynchronous: bool = True  # the hook overlaps communication with backward
-    lanes: int = 2  # the hook's communication lanes (buckets in flight at once)
-    interleave: bool = True  # one step of every scheme in turn (else one scheme after the other)
-    log_every: int = 0  # progress line every k steps on rank 0; 0: about ten lines per run
-    find_unused_parameters: bool = False
-    backend: str = "gloo"
-    out: str = ""
-    wandb_mode: str = "offline"
-    wandb_project: str = "zen"
-    wandb_group: str = ""
-    plugins: list[str] = field(default_factory=list)
-    bandwidth: str | None = None  # emulated per-node link rate (zen/netem.py); None = loopback
 
 
 # ---------------------------------------------------------------- one rank
@@ -118,7 +93,7 @@ def rank_main(config: dict[str, Any]) -> dict[str, Any]:
             train(cfg, [trainee], device)
             runs.append(_gather(trainee))
             del trainee
-    report = _report(cfg, runs, device)
+    report = report_of(cfg, runs, device)
     if dist.get_rank() == 0:
         write_json(Path(cfg.out), report)
         log_wandb(cfg, report)
@@ -225,6 +200,12 @@ def _describe(t: Trainee) -> dict[str, Any]:
             "unused_parameters": t.unused}
 
 
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=str))
+
+
 def _to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
@@ -263,64 +244,6 @@ def _gather(t: Trainee) -> dict[str, Any]:
     dist.all_gather_object(per_rank, [asdict(s) for s in t.steps])
     layouts = sorted({str(p.grad.layout) for p in t.sparse if p.grad is not None})
     return {"scheme": t.scheme, "records": per_rank, "embedding_grad_layout": layouts, "workload": _describe(t)}
-
-
-def _report(cfg: TrainConfig, runs: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
-    config = {**asdict(cfg), "device": str(device), "workload_info": runs[0]["workload"]}
-    report = {"config": config, "versions": versions(), "git": git(),
-              "runs": [_summarize(cfg, run) for run in runs]}
-    nocomm = next((r for r in report["runs"] if r["scheme"] == NO_COMM), None)
-    for run in report["runs"]:
-        if nocomm is not None:
-            run["summary"].update(exposed_comm(run, nocomm))
-    return report
-
-
-def _summarize(cfg: TrainConfig, run: dict[str, Any]) -> dict[str, Any]:
-    ranks = run["records"]
-    steps = across_ranks(ranks)
-    samples = run["workload"]["local_batch_size"] * len(ranks)
-    summary = summarize(steps, slice(cfg.warmup, None), samples)
-    return {"scheme": run["scheme"], "embedding_grad_layout": run["embedding_grad_layout"],
-            "summary": summary, "steps": steps,
-            "per_rank": {k: [[s[k] for s in r] for r in ranks] for k in ("loss", "iter_s", "bytes_received")}}
-
-
-def _jsonable(value: Any) -> Any:
-    import json
-
-    return json.loads(json.dumps(value, default=str))
-
-
-def log_wandb(cfg: TrainConfig, report: dict[str, Any]) -> None:
-    """Best effort (the JSON already holds everything): a wandb failure, e.g. `online` without a
-    network, is logged, not raised."""
-    if cfg.wandb_mode == "disabled":
-        return
-    try:
-        _log_wandb(cfg, report)
-    except Exception as exc:  # an optional sink must not lose a finished run
-        log.warning("wandb logging failed (%s: %s); results are in %s", type(exc).__name__, exc, cfg.out)
-
-
-def _log_wandb(cfg: TrainConfig, report: dict[str, Any]) -> None:
-    """One wandb run per scheme, grouped by `cfg.wandb_group` so schemes line up in one chart;
-    files go to <folder of the JSON>/wandb."""
-    import wandb
-
-    wandb_dir = Path(cfg.out).parent / "wandb"
-    wandb_dir.mkdir(parents=True, exist_ok=True)
-    for run in report["runs"]:
-        name = f"{cfg.workload}-{cfg.preset}-{run['scheme']}-P{cfg.world_size}"
-        handle = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group, name=name, job_type="train",
-                            mode=cfg.wandb_mode, dir=str(wandb_dir),
-                            config={**report["config"], "scheme": run["scheme"], "git": report["git"]})
-        steps = run["steps"]
-        for i, loss in enumerate(steps["loss"]):
-            handle.log({k: steps[k][i] for k in STEP_FIELDS if k not in ("loss", "choice") and steps[k][i] is not None}
-                       | {"loss": loss}, step=i)
-        handle.summary.update({k: v for k, v in run["summary"].items() if v is not None})
-        handle.finish()
 
 
 # ---------------------------------------------------------------- command line
@@ -457,30 +380,6 @@ def _spawn_ranks(cfg: TrainConfig) -> dict[str, Any]:
 
     with emulated_cluster(cfg.world_size, cfg.bandwidth) as cluster:
         return launch(**cluster.spawn_kwargs())
-
-
-def print_table(report: dict[str, Any]) -> None:
-    """Medians over the timed steps, with the 25th-75th percentile range of the step time."""
-    cfg = report["config"]
-    print(f"{cfg['workload']} ({cfg['preset']}), {cfg['world_size']} x {cfg['backend']} "
-          f"({cfg.get('bandwidth') or 'loopback'}), {cfg['steps']} steps ({cfg['warmup']} warm-up)")
-    print(f"{'scheme':>10} {'ms/step':>9} {'p25-p75':>15} {'samples/s':>10} {'comm busy':>10} {'exposed':>9} "
-          f"{'MB recv/step':>12} {'emb MB':>8} {'final loss':>11}")
-    for run in report["runs"]:
-        s = run["summary"]
-        spread = f"{s['iter_s_p25'] * 1e3:.1f}-{s['iter_s_p75'] * 1e3:.1f}"
-        print(f"{run['scheme']:>10} {s['iter_s_median'] * 1e3:9.2f} {spread:>15} {s['samples_per_s']:10.1f} "
-              f"{_ms(s['comm_busy_s_median']):>10} {_ms(s.get('comm_exposed_s')):>9} "
-              f"{_mb(s['bytes_received_per_step']):>12} {_mb(s['embedding_bytes_received_per_step']):>8} "
-              f"{s['final_loss']:11.6f}")
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
-
-
-def _mb(nbytes: float | None) -> str:
-    return "-" if nbytes is None else f"{nbytes / 1e6:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:

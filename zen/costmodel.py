@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from zen.encodings import get_encoding
 from zen.fold import Fold
+from zen.types import WireLayout
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def bp(w: Workload, pull: str = "hash_bitmap") -> Prediction:
     n = w.n
     share = (n - 1) / n
     push = share * w.nnz * w.coo_row
-    pull_bytes = get_encoding(pull).pull_bytes(w, w.gamma(n) * w.nnz)
+    wire = WireLayout(w.n, w.rows, w.width, w.value_bytes, w.index_bytes)
+    pull_bytes = get_encoding(pull).pull_bytes(wire, w.gamma(n) * w.nnz)
     return Prediction(push + pull_bytes, 2 * (n - 1))
 
 

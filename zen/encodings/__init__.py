@@ -15,15 +15,12 @@ import importlib
 import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import torch
 
 from zen.rows import put_rows
 from zen.types import WireLayout
-
-if TYPE_CHECKING:
-    from zen.costmodel import Workload
 
 Message = tuple[torch.Tensor, torch.Tensor]  # (payload, values)
 Positions = Callable[[torch.Tensor], torch.Tensor]  # rows -> their index in S_j (hashing.ServerRanks)
@@ -104,7 +101,7 @@ class Encoding(ABC):
         `nonzero` are non-zero: what BP's `predict` charges."""
 
     @abstractmethod
-    def pull_bytes(self, w: Workload, union: float) -> float:
+    def pull_bytes(self, w: WireLayout, union: float) -> float:
         """Closed form (section 5) of the bytes one rank pulls from the n - 1 other servers when the
         aggregate has `union` non-zero rows spread evenly over the partitions: what `costmodel.bp` charges."""
 

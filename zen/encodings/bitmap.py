@@ -3,15 +3,10 @@ tensor from every server, n * M / 8 bitmap bytes per worker, plus the non-zero v
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from zen.encodings import Encoding, Positions, pack_bits, register_encoding, set_bits, unpack_bits
 from zen.types import WireLayout
-
-if TYPE_CHECKING:
-    from zen.costmodel import Workload
 
 
 @register_encoding("bitmap")
@@ -32,5 +27,5 @@ class Bitmap(Encoding):
     def payload_bytes(self, owned: int, nonzero: int, layout: WireLayout) -> int:
         return -(-layout.rows // 8) + nonzero * layout.width * layout.value_bytes
 
-    def pull_bytes(self, w: Workload, union: float) -> float:
-        return (w.n - 1) * w.rows / 8 + (w.n - 1) / w.n * union * w.width * w.value_bytes
+    def pull_bytes(self, w: WireLayout, union: float) -> float:
+        return (w.world_size - 1) * w.rows / 8 + (w.world_size - 1) / w.world_size * union * w.width * w.value_bytes

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from zen.encodings import Encoding, Positions, register_encoding
 from zen.types import WireLayout
-
-if TYPE_CHECKING:
-    from zen.costmodel import Workload
 
 
 @register_encoding("coo")
@@ -29,5 +24,5 @@ class Coo(Encoding):
     def payload_bytes(self, owned: int, nonzero: int, layout: WireLayout) -> int:
         return nonzero * layout.coo_row
 
-    def pull_bytes(self, w: Workload, union: float) -> float:
-        return (w.n - 1) / w.n * union * w.coo_row
+    def pull_bytes(self, w: WireLayout, union: float) -> float:
+        return (w.world_size - 1) / w.world_size * union * w.coo_row

@@ -4,16 +4,11 @@ total, independent of n. Native kernels encode, decode and scatter in one pass w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from zen import native
 from zen.encodings import Encoding, Message, Positions, pack_bits, register_encoding, set_bits, unpack_bits
 from zen.types import WireLayout
-
-if TYPE_CHECKING:
-    from zen.costmodel import Workload
 
 
 @register_encoding("hash_bitmap")
@@ -43,5 +38,5 @@ class HashBitmap(Encoding):
     def payload_bytes(self, owned: int, nonzero: int, layout: WireLayout) -> int:
         return -(-owned // 8) + nonzero * layout.width * layout.value_bytes
 
-    def pull_bytes(self, w: Workload, union: float) -> float:
-        return (w.n - 1) / w.n * (w.rows / 8 + union * w.width * w.value_bytes)
+    def pull_bytes(self, w: WireLayout, union: float) -> float:
+        return (w.world_size - 1) / w.world_size * (w.rows / 8 + union * w.width * w.value_bytes)
