@@ -22,10 +22,9 @@ _COMMS: dict[tuple, DistComm] = {}
 _SCHEMES: dict[tuple, Scheme] = {}
 
 
-def sync(scheme: Scheme | Callable[[], Scheme], tensor: torch.Tensor, comm: Communicator,
-         out: torch.Tensor | None = None, validate: bool = True, divisor: int = 1, *, rows: bool = False,
-         sparse_result: bool = False, check_finite: bool = True, config: str | None = None
-         ) -> tuple[torch.Tensor, SyncStats]:
+def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
+         validate: bool = True, divisor: int = 1, *, rows: bool = False, sparse_result: bool = False,
+         check_finite: bool = True) -> tuple[torch.Tensor, SyncStats]:
     """Run one scheme on one rank; returns the sum (shaped like `tensor`) and the rank's stats.
 
     `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
@@ -36,19 +35,24 @@ def sync(scheme: Scheme | Callable[[], Scheme], tensor: torch.Tensor, comm: Comm
     tensor over the union's rows instead of a dense one (work and memory proportional to those rows).
     `validate` runs the cross-rank input check (one small all-gather); `check_finite` makes a NaN or Inf
     a ZenInputError there (else it is summed like any value, as dense allreduce does). The call's header
-    code covers the scheme, its options and these settings, so ranks that differ raise on every rank.
+    code covers the scheme, its options and these settings, so ranks that differ raise on every rank."""
+    return _sync(lambda: scheme, scheme_config(scheme), tensor, comm, out, validate, divisor, rows, sparse_result,
+                 check_finite)
 
-    `scheme` may be a factory (with `config`, its name and options): if making it fails on one rank (an
-    unknown scheme) or its input or `out=` is refused, that rank still joins the check, so every rank
-    raises ZenInputError instead of the others timing out."""
-    config = config or scheme_config(scheme)
+
+def _sync(make: Callable[[], Scheme], config: str, tensor: torch.Tensor, comm: Communicator,
+          out: torch.Tensor | None, validate: bool, divisor: int, rows: bool, sparse_result: bool,
+          check_finite: bool) -> tuple[torch.Tensor, SyncStats]:
+    """`sync` of the scheme `make` returns (`config`: its name and options). If making it fails on one
+    rank (an unknown scheme) or its input or `out=` is refused, that rank still joins the check, so every
+    rank raises ZenInputError instead of the others timing out."""
     comm.begin_call(code_of(f"{config}|validate={validate}|finite={check_finite}|rows={rows}|"
                             f"sparse={sparse_result}|divisor={divisor}"), sizes_agreed=validate)
     stats = SyncStats()
     comm.traffic = stats.traffic
     try:
-        made = scheme() if callable(scheme) and not hasattr(scheme, "predict") else scheme
-        grad = prepare(made, tensor, rows)
+        scheme = make()
+        grad = prepare(scheme, tensor, rows)
         output = make_output(tensor, grad, out, divisor, sparse_result)
     except ZenInputError as local:
         if validate and comm.world_size > 1:
@@ -56,7 +60,7 @@ def sync(scheme: Scheme | Callable[[], Scheme], tensor: torch.Tensor, comm: Comm
         raise
     if validate:
         check_inputs(grad, tuple(tensor.shape), config, comm, check_finite)
-    return _exchange(made, grad, comm, output, stats)
+    return _exchange(scheme, grad, comm, output, stats)
 
 
 def _share_failure(local: ZenInputError, tensor: torch.Tensor, config: str, comm: Communicator) -> None:
@@ -129,8 +133,8 @@ def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGrou
     that skipped or added a call then raises ZenInputError on every rank at its next call, where without a
     tag its next call would pair with the others' previous one. See `sync` for the rest."""
     comm = _dist_comm(group, timeout_s)
-    return sync(lambda: _cached_scheme(scheme, comm, options), tensor, comm, out, validate, rows=rows,
-                sparse_result=sparse_result, config=f"{scheme_config(scheme, options)}|tag={tag}")[0]
+    return _sync(lambda: _cached_scheme(scheme, comm, options), f"{scheme_config(scheme, options)}|tag={tag}",
+                 tensor, comm, out, validate, 1, rows, sparse_result, True)[0]
 
 
 @dataclass
