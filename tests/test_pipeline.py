@@ -175,3 +175,74 @@ def test_report_renders_without_optional_stages(tmp_path):
                          tmp_path / "README.md", info, "status: built", "")
     assert "## The paper's claims next to ours" in text and "| n/a |" in text
     assert "Zen 4.00x" in text  # zen is the 4th scheme: 10 / 2.5
+
+
+def test_report_figures_name_setting_paper_and_provenance(tmp_path):
+    train = pd.DataFrame([{"workload": "lstm", "preset": "scaled", "world_size": n, "scheme": s, "bandwidth": "1gbit",
+                           "iter_ms": 10.0, "comm_ms": 5.0} for n in (2, 4) for s in ("allreduce", "zen")])
+    info = {"host": "box", "cpu": "c", "cpus": 2, "memory_gib": 1, "gpus": [], "platform": "p", "python": "3",
+            "torch": "t"}
+    config = {"run_name": "t", "backend": "gloo", "device": "cpu",
+              "train": {"grid": {"lstm": [2, 4]}, "preset": "scaled", "steps": 12, "warmup": 3}}
+    figs = [str(tmp_path / "figures" / f"{name}.png") for name in ("fig18_loss", "fig11_throughput")]
+    text = report.render(config, {"training": train}, figs, None, tmp_path / "README.md", info, "built", "")
+    section = text.split("## Figures", 1)[1]
+    assert "[How this was produced](#how-this-was-produced)" in section and "on box (c, 2 CPUs, no GPU)" in section
+    assert section.index("Fig 11") < section.index("Fig 18")  # the report's order, not the order given
+    assert "![Fig 11: training throughput vs #workers](figures/fig11_throughput.png)" in section
+    assert "[figures/fig11_throughput.csv](figures/fig11_throughput.csv)" in section
+    assert "**Setting:** lstm x2/4 ranks, preset scaled, 12 steps (3 warm-up), gloo on cpu, 1gbit links." in section
+    assert "**Paper:** Fig 11 (16 machines, 25 Gbps), Zen's throughput is 3.1x" in section
+    assert "drawn at the grid's largest world size, 4 ranks" in section
+
+
+def _git(*args: str) -> subprocess.CompletedProcess | None:
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done
+
+
+def _tracked() -> set[str]:
+    done = _git("ls-files", "-z")
+    if done is None or done.returncode != 0:
+        pytest.skip("not a git checkout")
+    return set(done.stdout.split("\0")) - {""}
+
+
+MD_LINK = re.compile(r"(!?)\[[^\]]*\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)")
+HTML_IMG = re.compile(r"<img\b[^>]*\bsrc=[\"']([^\"']+)", re.I)
+
+
+def test_committed_report_links_resolve_to_tracked_files():
+    """results/README.md renders with its pictures on the repository page: every image (and data) link is
+    relative and names a file git tracks, so a fresh clone has it."""
+    tracked = _tracked()
+    assert "results/README.md" in tracked
+    text = (REPO / "results" / "README.md").read_text()
+    images = [m[2] for m in MD_LINK.finditer(text) if m[1]] + HTML_IMG.findall(text)
+    assert images, "the report shows no figure"
+    for link in images:
+        assert not re.match(r"^[a-z][a-z0-9+.-]*:|^/", link, re.I), f"image link is not relative: {link}"
+    links = set(images) | {m[2] for m in MD_LINK.finditer(text)}
+    for link in sorted(links):
+        if link.startswith("#") or re.match(r"^(https?|mailto):", link):
+            continue
+        target = (REPO / "results" / link.split("#", 1)[0]).resolve()
+        assert target.is_relative_to(REPO), link
+        rel = target.relative_to(REPO).as_posix()
+        assert rel in tracked and target.is_file(), f"results/README.md links {link}: {rel} is not a tracked file"
+
+
+def test_gitignore_tracks_the_figures_and_nothing_else_of_results():
+    _tracked()  # skips outside a git checkout
+
+    def ignored(path: str) -> bool:
+        return _git("check-ignore", "-q", "--no-index", path).returncode == 0
+
+    assert not ignored("results/README.md")
+    assert not ignored("results/figures/fig11_throughput.png") and not ignored("results/figures/fig11_throughput.csv")
+    for path in ("results/aggregate/training.csv", "results/train/lstm/n2.json", "results/figures/x.log",
+                 "results/wandb/run/x.csv", "results/logs/plot_figure/fig2_overlap.log"):
+        assert ignored(path), path

@@ -66,7 +66,8 @@ def versions() -> dict[str, str | None]:
 
 
 def git() -> dict[str, Any]:
-    """The checkout's revision and whether tracked files differ from it (None outside a git checkout)."""
+    """The checkout's revision and whether tracked files differ from it (None outside a git checkout); the
+    pipeline's committed outputs under results/ (report, figures) do not count as a change to the code."""
     def run(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
@@ -74,5 +75,5 @@ def git() -> dict[str, Any]:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    status = run("status", "--porcelain", "--untracked-files=no")
+    status = run("status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)results")
     return {"revision": run("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
