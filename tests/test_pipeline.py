@@ -178,14 +178,12 @@ def test_report_renders_without_optional_stages(tmp_path):
 
 
 def test_report_figures_name_setting_paper_and_provenance(tmp_path):
-    train = pd.DataFrame([{"workload": "lstm", "preset": "scaled", "world_size": n, "scheme": s, "bandwidth": "1gbit",
-                           "iter_ms": 10.0, "comm_ms": 5.0} for n in (2, 4) for s in ("allreduce", "zen")])
     info = {"host": "box", "cpu": "c", "cpus": 2, "memory_gib": 1, "gpus": [], "platform": "p", "python": "3",
             "torch": "t"}
-    config = {"run_name": "t", "backend": "gloo", "device": "cpu",
+    config = {"run_name": "t", "backend": "gloo", "device": "cpu", "bandwidth": "1gbit",
               "train": {"grid": {"lstm": [2, 4]}, "preset": "scaled", "steps": 12, "warmup": 3}}
     figs = [str(tmp_path / "figures" / f"{name}.png") for name in ("fig18_loss", "fig11_throughput")]
-    text = report.render(config, {"training": train}, figs, None, tmp_path / "README.md", info, "built", "")
+    text = report.render(config, {}, figs, None, tmp_path / "README.md", info, "built", "")
     section = text.split("## Figures", 1)[1]
     assert "[How this was produced](#how-this-was-produced)" in section and "on box (c, 2 CPUs, no GPU)" in section
     assert section.index("Fig 11") < section.index("Fig 18")  # the report's order, not the order given
