@@ -185,7 +185,7 @@ def test_report_figures_name_setting_paper_and_provenance(tmp_path):
     figs = [str(tmp_path / "figures" / f"{name}.png") for name in ("fig18_loss", "fig11_throughput")]
     text = report.render(config, {}, figs, None, tmp_path / "README.md", info, "built", "")
     section = text.split("## Figures", 1)[1]
-    assert "[How this was produced](#how-this-was-produced)" in section and "on box (c, 2 CPUs, no GPU)" in section
+    assert "[How this was produced](#how-this-was-produced)" in section and "on box: c, 2 CPUs, no GPU)" in section
     assert section.index("Fig 11") < section.index("Fig 18")  # the report's order, not the order given
     assert "![Fig 11: training throughput vs #workers](figures/fig11_throughput.png)" in section
     assert "[figures/fig11_throughput.csv](figures/fig11_throughput.csv)" in section

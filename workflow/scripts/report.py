@@ -342,8 +342,9 @@ def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: lis
               ""]
     if bench is not None and not bench.empty:
         lines += ["## Headline numbers (microbenchmarks)", "", *bench_headlines(bench), ""]
-    made_by = (f"They were made by the run in [How this was produced](#how-this-was-produced): git {revision}, "
-               f"on {info['host']} ({info.get('cpu')}, {info['cpus']} CPUs, {', '.join(info['gpus']) or 'no GPU'}). ")
+    made_by = ("[How this was produced](#how-this-was-produced) says which command, code and machine made them "
+               f"(git {revision}, on {info['host']}: {info.get('cpu')}, {info['cpus']} CPUs, "
+               f"{', '.join(info['gpus']) or 'no GPU'}). ")
     lines += ["## Figures", "", *figure_section(figures, out.parent, config, frames, made_by)]
     return "\n".join(lines).rstrip() + "\n"
 
