@@ -12,8 +12,9 @@ import torch.distributed as dist
 from zen.comm.base import Communicator, code_of
 from zen.comm.dist import DistComm, live_group, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
+from zen.compress import Compressor, PartContext, make_compressor
 from zen.grad import LocalGrad, to_local_grad
-from zen.output import Output, make_output
+from zen.output import DenseOutput, Output, make_output
 from zen.registry import Scheme, make_scheme, scheme_config
 from zen.types import SyncStats, ZenInputError
 from zen.validate import check_inputs
@@ -24,7 +25,8 @@ _SCHEMES: dict[tuple, Scheme] = {}
 
 def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
          validate: bool = True, divisor: int = 1, *, rows: bool = False, sparse_result: bool = False,
-         check_finite: bool = True) -> tuple[torch.Tensor, SyncStats]:
+         check_finite: bool = True, compressor: Compressor | None = None, ctx: PartContext | None = None
+         ) -> tuple[torch.Tensor, SyncStats]:
     """Run one scheme on one rank; returns the sum (shaped like `tensor`) and the rank's stats.
 
     `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
@@ -35,24 +37,29 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
     tensor over the union's rows instead of a dense one (work and memory proportional to those rows).
     `validate` runs the cross-rank input check (one small all-gather); `check_finite` makes a NaN or Inf
     a ZenInputError there (else it is summed like any value, as dense allreduce does). The call's header
-    code covers the scheme, its options and these settings, so ranks that differ raise on every rank."""
+    code covers the scheme, its options and these settings, so ranks that differ raise on every rank.
+    `compressor` (zen.compress) first overwrites `tensor` with what it chooses to send (its residual keeps
+    the rest, under `ctx.key`); the result is the sum of the ranks' compressed tensors."""
     return _sync(lambda: scheme, scheme_config(scheme), tensor, comm, out, validate, divisor, rows, sparse_result,
-                 check_finite)
+                 check_finite, compressor, ctx)
 
 
 def _sync(make: Callable[[], Scheme], config: str, tensor: torch.Tensor, comm: Communicator,
           out: torch.Tensor | None, validate: bool, divisor: int, rows: bool, sparse_result: bool,
-          check_finite: bool) -> tuple[torch.Tensor, SyncStats]:
+          check_finite: bool, compressor: Compressor | None = None, ctx: PartContext | None = None
+          ) -> tuple[torch.Tensor, SyncStats]:
     """`sync` of the scheme `make` returns (`config`: its name and options). If making it fails on one
     rank (an unknown scheme) or its input or `out=` is refused, that rank still joins the check, so every
     rank raises ZenInputError instead of the others timing out."""
+    if compressor is not None:
+        config = f"{config}|compress={compressor.config}"
     comm.begin_call(code_of(f"{config}|validate={validate}|finite={check_finite}|rows={rows}|"
                             f"sparse={sparse_result}|divisor={divisor}"), sizes_agreed=validate)
     stats = SyncStats()
     comm.traffic = stats.traffic
     try:
         scheme = make()
-        grad = prepare(scheme, tensor, rows)
+        grad = prepare(scheme, tensor, rows, compressor, ctx)
         output = make_output(tensor, grad, out, divisor, sparse_result)
     except ZenInputError as local:
         if validate and comm.world_size > 1:
@@ -60,6 +67,10 @@ def _sync(make: Callable[[], Scheme], config: str, tensor: torch.Tensor, comm: C
         raise
     if validate:
         check_inputs(grad, tuple(tensor.shape), config, comm, check_finite)
+    if compressor is not None and compressor.own_exchange:
+        assert ctx is not None and isinstance(output, DenseOutput)
+        compressor.exchange(tensor, ctx, comm, output.result, divisor)
+        return output.result, stats
     return _exchange(scheme, grad, comm, output, stats)
 
 
@@ -72,8 +83,15 @@ def _share_failure(local: ZenInputError, tensor: torch.Tensor, config: str, comm
         raise local from shared
 
 
-def prepare(scheme: Scheme, tensor: torch.Tensor, rows: bool = False) -> LocalGrad:
-    """`tensor` as this rank's rows, the non-zero ones extracted (once) if the scheme sends rows."""
+def prepare(scheme: Scheme, tensor: torch.Tensor, rows: bool = False, compressor: Compressor | None = None,
+            ctx: PartContext | None = None) -> LocalGrad:
+    """`tensor` as this rank's rows, the non-zero ones extracted (once) if the scheme sends rows. A
+    sparsifier overwrites `tensor` with its choice and hands its rows over as they are (a quantizer
+    compresses in its own exchange: the input is checked as it is)."""
+    if compressor is not None and not compressor.own_exchange:
+        if ctx is None or tensor.layout != torch.strided:
+            raise ZenInputError("a compressor needs a dense tensor and a PartContext (ctx=)")
+        return compressor.compress(tensor, ctx)
     grad = to_local_grad(tensor, rows)
     if getattr(scheme, "sparse_input", True):
         grad.rows()
@@ -149,20 +167,28 @@ class SimResult:
 
 def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, seed: int | None = None,
              validate: bool = True, timeout_s: float = 600.0, outs: Sequence[torch.Tensor] | None = None,
-             divisor: int = 1, rows: bool = False, sparse_result: bool = False, **options: Any) -> SimResult:
+             divisor: int = 1, rows: bool = False, sparse_result: bool = False, compress: str | None = None,
+             density: float = 0.05, compress_options: dict[str, Any] | None = None,
+             **options: Any) -> SimResult:
     """Run `scheme` on len(tensors) virtual ranks in this process, through the same code path as
     torch.distributed; bytes are counted exactly. `warmup` calls run first (e.g. so `zen` has made
-    its BP/HC choice) and are not reported."""
+    its BP/HC choice) and are not reported. `compress` (zen.compress) names a compressor of `density`,
+    one per rank, that overwrites each rank's tensor with what it sends (every call: warm-up calls feed
+    its residual)."""
     P = len(tensors)
     group = SimGroup(P, timeout_s=timeout_s, seed=seed)
     instances = [make_scheme(scheme, **options) for _ in range(P)]
+    squeezers = [make_compressor(compress, density, **(compress_options or {})) if compress else None
+                 for _ in range(P)]
 
     def rank_main(r: int) -> tuple[torch.Tensor, SyncStats]:
         comm = SimComm(group, r, tensors[r].device)
         out = outs[r] if outs is not None else None
-        for _ in range(warmup):
-            sync(instances[r], tensors[r], comm, out, validate, divisor, rows=rows, sparse_result=sparse_result)
-        return sync(instances[r], tensors[r], comm, out, validate, divisor, rows=rows, sparse_result=sparse_result)
+        for step in range(warmup + 1):
+            result = sync(instances[r], tensors[r], comm, out, validate, divisor, rows=rows,
+                          sparse_result=sparse_result, compressor=squeezers[r],
+                          ctx=PartContext("tensor", 0, step, P))
+        return result
 
     results = group.run(rank_main)
     stats = [s for _, s in results]

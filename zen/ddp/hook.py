@@ -33,6 +33,7 @@ from torch import nn
 from zen.api import prepare, run
 from zen.comm.base import code_of
 from zen.comm.dist import DistComm, timeout_seconds
+from zen.compress import Compressor, PartContext, make_compressor
 from zen.ddp.router import BucketRouter, Part, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
 from zen.registry import Scheme, make_scheme, scheme_config
@@ -91,7 +92,10 @@ class ZenHookState:
     from the start is caught at once). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
     (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`:
     buckets in flight at once. `asynchronous=False` runs each bucket inside the hook call (no overlap with
-    backward)."""
+    backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign") of `density`
+    (and `compress_options`) for every dense part, and with `compress_rows` for the embedding rows too
+    (else those keep their natural sparsity); the result is the mean of what the ranks' compressors chose,
+    exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`)."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
@@ -104,12 +108,18 @@ class ZenHookState:
     timeout_s: float | None = None
     lanes: int = 2
     asynchronous: bool = True
+    compress: str | None = None
+    density: float = 0.05
+    compress_options: dict[str, Any] = field(default_factory=dict)
+    compress_rows: bool = False
     iteration: int = 0
     last_step: StepRecord = field(default_factory=StepRecord)
     _step: StepRecord = field(default_factory=StepRecord, repr=False)
     _router: BucketRouter | None = field(default=None, repr=False)
     _lanes: list[Lane] = field(default_factory=list, repr=False)
     _fault: Fault = field(default_factory=Fault, repr=False)
+    _compressor: Compressor | None = field(default=None, repr=False)
+    _keys: set[tuple[int, ...]] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         if self.nonfinite not in NONFINITE:
@@ -121,18 +131,22 @@ class ZenHookState:
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
         self._make_schemes()  # unknown names and bad options fail here, not inside backward
+        if self.compress is not None:
+            self._compressor = make_compressor(self.compress, self.density, **self.compress_options)
         self._router = BucketRouter(None if self.sparse_params is None else embedding_params(self.sparse_params))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(group=None, _lanes=[], _fault=Fault(), sparse_params=None)
+        state.update(group=None, _lanes=[], _fault=Fault(), sparse_params=None, _keys=set())
         return state
 
     @property
     def call_code(self) -> int:
         """What every rank's hook must agree on, as the code its calls carry (zen.comm.base)."""
+        squeeze = self._compressor.config if self._compressor is not None else None
         return code_of(f"hook|{scheme_config(self.scheme, self.options)}|validate={self.validate}|"
-                       f"check_every={self.check_every}|nonfinite={self.nonfinite}|average={self.average}")
+                       f"check_every={self.check_every}|nonfinite={self.nonfinite}|average={self.average}|"
+                       f"compress={squeeze}|rows={self.compress_rows}")
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
@@ -159,6 +173,13 @@ class ZenHookState:
         setup = (lambda: torch.cuda.set_device(comm.device)) if comm.device.type == "cuda" else None
         return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_schemes())
 
+    def squeezes(self, part: Part) -> bool:
+        """Whether the compressor takes this part: dense parts, and embedding rows with `compress_rows` (or
+        when no embeddings were named: every bucket whole)."""
+        assert self._router is not None
+        rows_too = self.compress_rows or self._router.everything_sparse
+        return self._compressor is not None and not part.coo and (not part.sparse or rows_too)
+
     def check_due(self) -> bool:
         periodic = self.check_every > 0 and self.iteration % self.check_every == 0
         return self.validate and (self.iteration < 2 or periodic or self.nonfinite == "raise")
@@ -171,9 +192,12 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     step, check, lane = state._step, state.check_due(), state.lane(bucket.index())
     code = code_of(f"{state.call_code}|step={state.iteration}|bucket={bucket.index()}")  # a skipped step shows
     done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    ctxs = [PartContext(p.key, bucket.index() * 1_024 + i, state.iteration, lane.comm.world_size)
+            if state.squeezes(p) else None for i, p in enumerate(parts)]
+    state._keys.update(p.key for p in parts)
 
     def job() -> None:
-        _sync_bucket(state, lane, bucket.buffer(), parts, step, check, code, done)
+        _sync_bucket(state, lane, bucket.buffer(), parts, ctxs, step, check, code, done)
 
     if state.asynchronous:
         lane.worker.submit(job, done, inline_if_idle=bucket.is_last())
@@ -183,8 +207,10 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
         except Exception as exc:  # noqa: BLE001 - the future carries it to backward, as in the async case
             done.set_exception(exc)
     if bucket.is_last():
+        if state._compressor is not None:  # DDP rebuilt its buckets: the old parts' residuals go
+            state._compressor.prune(state._keys)
         state.iteration += 1
-        state.last_step, state._step = step, StepRecord()
+        state.last_step, state._step, state._keys = step, StepRecord(), set()
     return done.then(_unwrap)
 
 
@@ -197,19 +223,26 @@ def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
         raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: list[Part], step: StepRecord,
-                 check: bool, code: int, done: torch.futures.Future) -> None:
-    """One bucket: one input check for all its parts (if due), the dense parts' all-reduces issued, the
-    sparse parts synchronized; `done` completes when the all-reduces have too."""
+def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: list[Part],
+                 ctxs: list[PartContext | None], step: StepRecord, check: bool, code: int,
+                 done: torch.futures.Future) -> None:
+    """One bucket: its parts compressed (where `ctxs` says), one input check for all of them (if due), the
+    dense parts' all-reduces issued, the sparse parts synchronized; `done` completes when the all-reduces
+    have too."""
     comm = lane.comm
     comm.begin_call(code, sizes_agreed=True)
     divisor = comm.world_size if state.average else 1
     scheme = lane.schemes[state.scheme]
-    # embedding rows (and any COO gradient) through the scheme; the rest, or all if the scheme is dense, async
-    through = [p.coo or (p.sparse and scheme.sparse_input) for p in parts]
+    squeezer = state._compressor
+    own = [c is not None and squeezer is not None and squeezer.own_exchange for c in ctxs]  # a quantizer's
+    # embedding rows, COO gradients and compressed parts through the scheme; the rest (or all if the scheme
+    # is dense) async
+    through = [p.coo or ((p.sparse or c is not None) and scheme.sparse_input and not o)
+               for p, c, o in zip(parts, ctxs, own, strict=True)]
     names = [state.scheme if t else DENSE for t in through]
-    grads = [prepare(lane.schemes[n], p.tensor, rows=t and not p.coo)
-             for p, n, t in zip(parts, names, through, strict=True)]
+    grads = [prepare(lane.schemes[n], p.tensor, rows=t and not p.coo and c is None,
+                     compressor=squeezer if c is not None else None, ctx=c)
+             for p, n, t, c in zip(parts, names, through, ctxs, strict=True)]
     start = time.perf_counter()
     if check:
         meta = SyncStats()
@@ -218,16 +251,23 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
         check_parts([(g, tuple(p.tensor.shape), n) for g, p, n in zip(grads, parts, names, strict=True)], comm,
                     check_finite=state.nonfinite == "raise")
     pending, result = [], buffer
-    for part, grad, scheme_path in zip(parts, grads, through, strict=True):
+    for part, grad, scheme_path, ctx, quantized in zip(parts, grads, through, ctxs, own, strict=True):
         stats = SyncStats()
         step.parts.append((stats, part.sparse))
-        if scheme_path:
+        if quantized:
+            assert squeezer is not None and ctx is not None
+            comm.traffic = stats.traffic
+            squeezer.exchange(part.tensor, ctx, comm, part.tensor, divisor)
+            step.spans.append((start, time.perf_counter()))
+        elif scheme_path:
             out, _ = run(scheme, part.tensor, grad, comm, None if part.coo else part.tensor, divisor,
                          sparse_result=part.coo, stats=stats)
             step.spans.append((start, time.perf_counter()))
             result = out if part.coo else result
         else:
             pending.append(_dense_part(comm, part.tensor, divisor, stats, step, start))
+        if ctx is not None and squeezer is not None:
+            stats.extra["residual_norm"] = squeezer.residual_norm(ctx.key)
         start = time.perf_counter()
     settle(done, result, pending, on_error=state._fault.record)
 

@@ -29,6 +29,7 @@ class Part:
 
     tensor: torch.Tensor
     sparse: bool  # embedding rows through the sparse scheme (else a flat dense part)
+    key: tuple[int, ...] = ()  # its parameters (addresses on this rank): what a compressor's residual is kept under
 
     @property
     def coo(self) -> bool:
@@ -62,10 +63,8 @@ class BucketRouter:
     def split(self, bucket: dist.GradBucket) -> list[Part]:
         buffer = bucket.buffer()
         params = bucket.parameters()
-        if self.everything_sparse:
-            return [Part(buffer, sparse=True)]
-        if buffer.layout != torch.strided:  # a sparse COO gradient: always alone in its bucket, rows by nature
-            return [Part(buffer, sparse=True)]
+        if self.everything_sparse or buffer.layout != torch.strided:  # COO: always alone in its bucket
+            return [Part(buffer, sparse=True, key=tuple(p.data_ptr() for p in params))]
         return self._split_dense(buffer, params, bucket.gradients())
 
     def _split_dense(self, buffer: torch.Tensor, params: list[torch.Tensor],
@@ -76,21 +75,23 @@ class BucketRouter:
         parts: list[Part] = []
         start = offset = 0
         width: int | None = None  # row width of the pending embedding run; None: a dense run
+        key: list[int] = []
         for p, g in zip(params, grads, strict=True):
             if (g.data_ptr() - buffer.data_ptr()) != offset * buffer.element_size() or not g.is_contiguous():
                 raise RuntimeError("zen: DDP's gradient views are not back to back in the bucket")
             p_width = math.prod(p.shape[1:]) if p.data_ptr() in self.sparse and p.dim() >= 1 else None
             if offset > start and p_width != width:
-                parts.append(self._part(buffer[start:offset], width))
-                start = offset
+                parts.append(self._part(buffer[start:offset], width, key))
+                start, key = offset, []
             width = p_width
             offset += g.numel()
+            key.append(p.data_ptr())
         if offset > start:
-            parts.append(self._part(buffer[start:offset], width))
+            parts.append(self._part(buffer[start:offset], width, key))
         return parts
 
     @staticmethod
-    def _part(flat: torch.Tensor, width: int | None) -> Part:
+    def _part(flat: torch.Tensor, width: int | None, key: list[int]) -> Part:
         if width is None:
-            return Part(flat, sparse=False)
-        return Part(flat.view(-1, width), sparse=True)
+            return Part(flat, sparse=False, key=tuple(key))
+        return Part(flat.view(-1, width), sparse=True, key=tuple(key))

@@ -1,0 +1,148 @@
+"""Compressors (zen.compress) through every scheme: the synchronized result is exactly the sum of what the
+ranks' compressors chose, identical on every rank; what they left out is kept (error feedback), bytes match
+the prediction, and the DDP hook with a compressor gives every rank the mean of the ranks' choices."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import zen
+from zen.bench.patterns import make_gradient
+from zen.compress import compressors, make_compressor
+from zen.compress.base import PartContext
+from zen.compress.sign import ScaledSign, pack_signs, unpack_signs
+from zen.compress.topk import exact_topk, sampled_topk
+from zen.launch import spawn
+
+from .test_prediction import compare
+
+SPARSIFIERS = [c for c in compressors() if not make_compressor(c).own_exchange]
+
+
+def _inputs(kind: str, P: int, n: int = 3001) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(P)
+    if kind == "random":
+        return [torch.randn(n, generator=gen) for _ in range(P)]
+    if kind == "zeros_on_one":  # one rank all zero, others heavy-tailed
+        return [torch.zeros(n) if r == 0 else torch.randn(n, generator=gen) ** 3 for r in range(P)]
+    if kind == "ties":  # equal magnitudes everywhere: any choice of k is a top-k
+        return [torch.where(torch.rand(n, generator=gen) < 0.5, 1.0, -1.0) for _ in range(P)]
+    if kind == "sparse":  # already sparser than the density
+        return [make_gradient("zipf", n, 0.01, r, P, seed=1) for r in range(P)]
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("compress", compressors())
+@pytest.mark.parametrize("scheme", zen.schemes())
+@pytest.mark.parametrize("P", [1, 3, 4])
+@pytest.mark.parametrize("kind", ["random", "zeros_on_one", "ties", "sparse"])
+def test_result_is_the_sum_of_what_the_compressors_chose(compress: str, scheme: str, P: int, kind: str) -> None:
+    tensors = _inputs(kind, P)
+    res = zen.simulate(scheme, tensors, compress=compress, density=0.05)
+    reference = torch.stack([t.double() for t in tensors]).sum(0)  # the tensors now hold what was sent
+    for out in res.outputs:
+        assert torch.equal(out, res.outputs[0]), "ranks differ"
+    assert torch.allclose(res.outputs[0].double(), reference, rtol=1e-6, atol=1e-6)
+    if compress in SPARSIFIERS:
+        k = math.ceil(0.05 * tensors[0].numel())
+        for t in tensors:
+            assert int((t != 0).sum()) <= k
+
+
+@pytest.mark.parametrize("compress", compressors())
+def test_error_feedback_keeps_what_was_not_sent(compress: str) -> None:
+    """sent + residual = gradient (+ the previous residual): nothing is lost, only delayed."""
+    comp = make_compressor(compress, 0.1, **({"momentum": 0.0} if compress == "dgc" else {}))
+    gen = torch.Generator().manual_seed(0)
+    carried = torch.zeros(1000)
+    for step in range(3):
+        grad = torch.randn(1000, generator=gen)
+        sent = grad.clone()
+        comp.compress(sent, PartContext("p", 0, step, 2))
+        residual = comp.memory["p"]
+        exact = compress != "sign"  # a sparsifier moves values, a quantizer rounds them
+        assert torch.allclose(sent + residual, grad + carried, atol=0 if exact else 1e-5)
+        assert comp.residual_norm("p") == pytest.approx(float(residual.norm()))
+        carried = residual.clone()
+
+
+@pytest.mark.parametrize("compress", SPARSIFIERS)
+@pytest.mark.parametrize("scheme", zen.schemes())
+def test_bytes_of_compressed_gradients_match_the_prediction(compress: str, scheme: str) -> None:
+    """`predict` takes the index sets the compressor chose, like any other sets."""
+    P = 4
+    tensors = _inputs("random", P)
+    for t in tensors:
+        make_compressor(compress, 0.05).compress(t, PartContext("p", 3, 0, P))
+    compare(scheme, tensors)
+
+
+def test_sign_bytes_match_its_prediction_and_codes_round_trip() -> None:
+    x = torch.randn(1001)
+    assert torch.equal(unpack_signs(pack_signs(x), 1001, torch.float32), torch.where(x >= 0, 1.0, -1.0))
+    for P in (1, 3, 4):
+        res = zen.simulate("allreduce", _inputs("random", P), compress="sign")
+        want = ScaledSign.predict(P, 3001)
+        for r in range(P):
+            assert {p: v[r] for p, v in res.phases.items() if v[r] and p != "meta"} == \
+                {p: v for p, v in want.items() if p != "meta"}
+            assert res.phases.get("meta", [0] * P)[r] >= want.get("meta", 0)
+
+
+def test_topk_keeps_the_largest_and_the_sampled_threshold_stays_close() -> None:
+    x = torch.randn(100_000, generator=torch.Generator().manual_seed(1))
+    k = 5_000
+    ids = exact_topk(x, k)
+    assert ids.numel() == k and bool((ids[1:] > ids[:-1]).all())
+    assert float(x.abs()[ids].min()) >= float(x.abs().kthvalue(x.numel() - k + 1).values) - 1e-6
+    approx = sampled_topk(x, k, 0.01, torch.Generator().manual_seed(2))
+    assert k // 2 <= approx.numel() <= k and bool((approx[1:] > approx[:-1]).all())
+    assert len(set(approx.tolist()) & set(ids.tolist())) >= 0.9 * approx.numel()
+
+
+def test_dgc_warms_up_masks_momentum_and_clips() -> None:
+    dgc = make_compressor("dgc", 0.01, warmup_steps=4, warmup_density=0.25, clip_norm=1.0)
+    densities = [dgc.density_at(s) for s in range(6)]
+    assert densities[0] == pytest.approx(0.25) and densities[4:] == [0.01, 0.01]
+    assert all(a > b for a, b in zip(densities[:4], densities[1:5], strict=True))
+    grad = torch.randn(10_000) * 100
+    sent = grad.clone()
+    dgc.compress(sent, PartContext("p", 0, 10, 4))
+    chosen = sent != 0
+    assert float(dgc.momenta["p"][chosen].abs().max()) == 0.0, "momentum factor masking"
+    assert float((sent + dgc.memory["p"]).norm()) == pytest.approx(1.0 / 2, rel=1e-4), "clipped to 1/sqrt(4)"
+
+
+def test_randomk_chooses_the_same_elements_on_every_rank() -> None:
+    chosen = []
+    for r in range(3):
+        t = torch.randn(5000, generator=torch.Generator().manual_seed(r))
+        make_compressor("randomk", 0.05).compress(t, PartContext(("rank", r), 7, 2, 3))
+        chosen.append((t != 0).nonzero().view(-1))
+    assert all(torch.equal(c, chosen[0]) for c in chosen)
+
+
+def test_bad_compressor_settings_are_refused() -> None:
+    with pytest.raises(zen.ZenInputError, match="unknown compressor"):
+        zen.ZenHookState(compress="nope")
+    with pytest.raises(zen.ZenInputError, match="density"):
+        zen.ZenHookState(compress="topk", density=0.0)
+    with pytest.raises(zen.ZenInputError, match="bad options"):
+        zen.ZenHookState(compress="topk", compress_options={"bogus": 1})
+
+
+@pytest.mark.parametrize("P", [1, 3])
+def test_hook_returns_the_mean_of_what_every_rank_chose(P: int) -> None:
+    """Real gloo ranks, DDP, three steps (residuals carried): each rank's gradient after backward equals the
+    float64 mean of the tensors the ranks' compressors sent."""
+    cases = [{"scheme": s, "compress": c} for c in compressors() for s in zen.schemes()]
+    per_rank = spawn("tests.compress_cases:every_case", P, {"cases": cases}, timeout_s=600)
+    for k, case in enumerate(cases):
+        ranks = [results[k] for results in per_rank]
+        for rank in ranks:
+            assert torch.allclose(rank["grads"].double(), rank["expected"], rtol=1e-6, atol=1e-7), case
+            assert torch.equal(rank["grads"], ranks[0]["grads"]), case
+            assert all(len(r) == 1 and r[0] > 0 for r in rank["residuals"]), "residual norms in the records"

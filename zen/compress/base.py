@@ -1,0 +1,110 @@
+"""The compressor contract: what a DDP part's gradient becomes before a scheme synchronizes it.
+
+A natural-sparsity gradient (an embedding table's) is synchronized as it is; a dense one has nothing for a
+sparse scheme to skip. A *sparsifier* chooses a few elements per part (top-k, DGC, random-k) and keeps what
+it left out as a residual that is added back next step (error feedback), so nothing is lost, only delayed.
+The part's buffer is overwritten with exactly the chosen gradient (zeros elsewhere) and the chosen
+(ids, values) are handed to the scheme as its rows, so every scheme, dense or sparse, synchronizes exactly
+what the compressor chose, and Zen stays lossless relative to it. A *quantizer*'s codes cannot be summed in
+their encoding, so it brings its own exchange (an all-gather of codes, as GRACE's allgather communicator).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from zen.comm.base import Communicator
+from zen.grad import LocalGrad
+from zen.types import ZenInputError
+
+
+@dataclass(frozen=True)
+class PartContext:
+    """Where a part stands: `key` names its parameters on this rank (the residual's key), `tag` is the same
+    on every rank (seeds for choices that must agree), `step` counts optimizer steps, `world` ranks."""
+
+    key: Hashable
+    tag: int
+    step: int
+    world: int
+
+
+class Compressor(ABC):
+    """One compressor: options fixed at construction, per-part state (residuals) keyed by `PartContext.key`.
+
+    `density` is the share of a part's elements a sparsifier keeps (a quantizer ignores it)."""
+
+    name: ClassVar[str]
+    own_exchange: ClassVar[bool] = False  # True: `exchange` synchronizes the part itself (no scheme)
+
+    def __init__(self, density: float = 0.05) -> None:
+        if not 0 < density <= 1:
+            raise ZenInputError(f"compressor density must be in (0, 1], got {density}")
+        self.density = density
+        self.memory: dict[Hashable, torch.Tensor] = {}
+
+    @property
+    def config(self) -> str:
+        """Name and options: what every rank must agree on (part of the hook's call code)."""
+        options = sorted((k, v) for k, v in vars(self).items() if v is None or isinstance(v, bool | int | float | str))
+        return f"{self.name}{options}"
+
+    def prune(self, keep: Iterable[Hashable]) -> None:
+        """Drop the state of parts that no longer exist (DDP rebuilt its buckets)."""
+        kept = set(keep)
+        for key in list(self.memory):  # one atomic copy: a lane may add this step's parts meanwhile
+            if key not in kept:
+                del self.memory[key]
+
+    def residual_norm(self, key: Hashable) -> float:
+        """L2 norm of what this part's compressor has not sent yet (its own error, measured)."""
+        res = self.memory.get(key)
+        return float(res.norm()) if res is not None else 0.0
+
+    def compress(self, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
+        """Overwrite `tensor` (a part, any shape) with the chosen gradient; return it as rows of width 1 with
+        the chosen (ascending ids, values) already extracted."""
+        flat = tensor.view(-1)
+        acc = self._accumulate(flat, ctx)
+        ids = self.select(acc, ctx)
+        values = acc.index_select(0, ids)
+        self.forget(ids, ctx)
+        flat.zero_()
+        flat.index_copy_(0, ids, values)
+        return LocalGrad(flat.numel(), 1, flat.dtype, flat.device, dense=flat.view(-1, 1), indices=ids,
+                         values=values.view(-1, 1))
+
+    def _accumulate(self, flat: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        """Error feedback: the residual plus this step's gradient, kept in the residual's buffer."""
+        res = self.memory.get(ctx.key)
+        if res is None or res.shape != flat.shape:
+            res = self.memory[ctx.key] = torch.zeros_like(flat)
+        return res.add_(flat)
+
+    def forget(self, ids: torch.Tensor, ctx: PartContext) -> None:
+        """What was sent leaves the residual."""
+        self.memory[ctx.key].index_fill_(0, ids, 0)
+
+    def keep(self, numel: int, ctx: PartContext) -> int:
+        """Elements to keep of a part of `numel` (at least one)."""
+        return max(1, min(numel, math.ceil(self.density * numel)))
+
+    @abstractmethod
+    def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        """Ascending int64 ids of the elements of `acc` (the error-compensated gradient) to send."""
+
+    def exchange(self, tensor: torch.Tensor, ctx: PartContext, comm: Communicator, out: torch.Tensor,
+                 divisor: int) -> None:
+        """A quantizer's own synchronization: compress `tensor` (overwritten with what it sends), write the
+        ranks' sum / divisor into `out` (may be `tensor`). Sparsifiers have none: a scheme syncs them."""
+        raise NotImplementedError(f"{self.name} is synchronized by a scheme")
+
+
+def sorted_ids(ids: torch.Tensor) -> torch.Tensor:
+    return ids.sort().values if ids.numel() > 1 else ids

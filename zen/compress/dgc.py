@@ -1,0 +1,67 @@
+"""Deep Gradient Compression (Lin et al., ICLR'18), §3: top-k of the locally accumulated velocity with
+momentum correction (u = m u + g, v = v + u, send top-k of v), momentum factor masking (sent elements leave
+both u and v), local gradient clipping (the gradient's norm capped at clip_norm / sqrt(N) before it is
+accumulated), and density warm-up (exponentially from `warmup_density` down to `density` over
+`warmup_steps`). The threshold comes from a sample (zen.compress.topk.sampled_topk).
+
+Momentum correction replaces the optimizer's momentum: train with `momentum` here and none in the optimizer
+(momentum=0 leaves plain error feedback)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable
+
+import torch
+
+from zen.compress import register_compressor
+from zen.compress.base import Compressor, PartContext
+from zen.compress.topk import sampled_topk
+
+
+@register_compressor("dgc")
+class DGC(Compressor):
+    def __init__(self, density: float = 0.05, momentum: float = 0.9, clip_norm: float | None = None,
+                 warmup_steps: int = 0, warmup_density: float = 0.25, sample: float = 0.01, seed: int = 0):
+        super().__init__(density)
+        self.momentum, self.clip_norm, self.sample, self.seed = momentum, clip_norm, sample, seed
+        self.warmup_steps, self.warmup_density = warmup_steps, max(warmup_density, density)
+        self.momenta: dict[Hashable, torch.Tensor] = {}
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def density_at(self, step: int) -> float:
+        """The warm-up schedule: warmup_density x (density / warmup_density) ** (step / warmup_steps)."""
+        if step >= self.warmup_steps:
+            return self.density
+        return self.warmup_density * (self.density / self.warmup_density) ** (step / self.warmup_steps)
+
+    def keep(self, numel: int, ctx: PartContext) -> int:
+        return max(1, min(numel, math.ceil(self.density_at(ctx.step) * numel)))
+
+    def _accumulate(self, flat: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        if self.clip_norm is not None:
+            limit = self.clip_norm / math.sqrt(ctx.world)
+            norm = float(flat.norm())
+            if norm > limit:
+                flat.mul_(limit / norm)
+        if self.momentum:
+            u = self.momenta.get(ctx.key)
+            if u is None or u.shape != flat.shape:
+                u = self.momenta[ctx.key] = torch.zeros_like(flat)
+            flat = u.mul_(self.momentum).add_(flat)
+        return super()._accumulate(flat, ctx)
+
+    def forget(self, ids: torch.Tensor, ctx: PartContext) -> None:
+        super().forget(ids, ctx)
+        if self.momentum:
+            self.momenta[ctx.key].index_fill_(0, ids, 0)
+
+    def prune(self, keep: Iterable[Hashable]) -> None:
+        kept = set(keep)
+        super().prune(kept)
+        for key in list(self.momenta):
+            if key not in kept:
+                del self.momenta[key]
+
+    def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        return sampled_topk(acc, self.keep(acc.numel(), ctx), self.sample, self.gen)
