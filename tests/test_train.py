@@ -22,7 +22,8 @@ from torch.nn import functional as F
 
 import zen
 from workloads.base import Workload, builtin_workloads, register_workload
-from workloads.train import NATIVE, NO_COMM, TrainConfig, rank_main
+from workloads.torch_hooks import NATIVE, NO_COMM
+from workloads.train import TrainConfig, rank_main
 from zen.cli import main as zen_main
 from zen.ddp import BucketRouter
 from zen.launch import spawn
@@ -121,6 +122,26 @@ def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     assert set(runs["zen"]["summary"]["zen_choice"].split(",")) <= {"bp", "hc"}  # per part (lanes choose apart)
 
 
+def test_compressed_training_sums_the_same_choice_through_every_sparse_scheme(tmp_path):
+    """--compress on the sparse schemes: each sums exactly what the compressors chose, so their loss curves
+    agree; allreduce and PyTorch's hooks (fp16, PowerSGD) stay dense and uncompressed."""
+    sparse = [s for s in zen.schemes() if s != "allreduce"]
+    schemes = [*sparse, "allreduce", "fp16", "powersgd-2"]
+    report = _train(tmp_path, "--workload", "toy", "--scheme", ",".join(schemes), "--wandb-mode", "disabled",
+                    "--world-size", "2", "--steps", "8", "--warmup", "2", "--compress", "topk", "--density", "0.2")
+    assert report["config"]["compress"] == "topk" and report["config"]["density"] == 0.2
+    runs = {run["scheme"]: run for run in report["runs"]}
+    reference = runs["zen"]["steps"]["loss"]
+    for name in sparse:
+        assert _max_rel_diff(runs[name]["steps"]["loss"], reference) <= TOLERANCE, name
+        assert all(r is not None and r > 0 for r in runs[name]["steps"]["residual_norm"]), name
+    assert all(r is None for r in runs["allreduce"]["steps"]["residual_norm"])
+    dense = runs["allreduce"]["summary"]["bytes_received_per_step"]
+    assert runs["zen"]["summary"]["bytes_received_per_step"] < dense
+    for name in ("fp16", "powersgd-2"):
+        assert _max_rel_diff(runs[name]["steps"]["loss"], runs["allreduce"]["steps"]["loss"]) < 0.05, name
+
+
 class FakeBucket:
     """What the router reads from a dist.GradBucket, laid out as DDP does (views back to back)."""
 
@@ -161,6 +182,12 @@ def test_router_splits_a_bucket_into_embedding_rows_and_dense_runs():
     (["--workload", "toy", "--scheme", "zen,nope"], "unknown scheme nope; choose from: "),
     (["--workload", "toy", "--preset", "huge"], "unknown preset 'huge'"),
     (["--workload", "toy", "--steps", "3", "--warmup", "3"], "must exceed --warmup"),
+    (["--workload", "toy", "--compress", "nope"], "unknown compressor 'nope'"),
+    (["--workload", "toy", "--compress", "topk", "--density", "2"], "density must be in (0, 1]"),
+    (["--workload", "toy", "--compress-option", "seed=1"], "--compress-option needs --compress"),
+    (["--workload", "toy", "--compress", "dgc", "--compress-option", "nokey"], "wants KEY=VALUE"),
+    (["--workload", "toy", "--scheme", "bf16"], "on gloo use fp16"),
+    (["--workload", "toy", "--scheme", "powersgd-0"], "unknown scheme powersgd-0"),
 ])
 def test_bad_arguments_are_reported_before_any_rank_starts(capsys, argv, message):
     assert zen_main(["train", "--plugin", PLUGIN, *argv]) == 2

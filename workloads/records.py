@@ -33,6 +33,7 @@ class Step:
     embedding_nnz: float | None = _combined(MEAN)
     embedding_parts: int | None = _combined(MAX)
     choice: str | None = _combined(FIRST)
+    residual_norm: float | None = _combined(MEAN)  # what the compressor has not sent yet (None: none)
 
 
 STEP_FIELDS = [f.name for f in fields(Step)]
@@ -77,6 +78,7 @@ def summarize(steps: dict[str, list[Any]], timed: slice, samples_per_step: int) 
         "comm_busy_s_median": busy and busy[0], "comm_busy_s_p25": busy and busy[1],
         "comm_busy_s_p75": busy and busy[2],
         "final_loss": steps["loss"][-1], "zen_choice": steps["choice"][-1],
+        "final_residual_norm": steps["residual_norm"][-1],
     }
     for key in ("bytes_sent", "bytes_received", "embedding_bytes_received", "embedding_nnz", "embedding_parts"):
         values = steps[key][timed]

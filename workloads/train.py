@@ -4,8 +4,10 @@ Routing (paper §5 step 1) is the library's: `ZenHookState(sparse_params=...)` s
 embedding gradients (`Workload.sparse_params`) through the chosen scheme as table rows and every other
 gradient through dense allreduce, asynchronously while backward goes on (zen/ddp).
 
-Pseudo-schemes: `none` registers DDP's no-op hook (no communication: compute-only headroom, ranks
-drift apart), `ddp` registers no hook at all (DDP's built-in allreduce, the default people run).
+Besides Zen's schemes, PyTorch's own hooks run as they are (workloads/torch_hooks.py): `none` (no-op hook,
+compute-only headroom), `ddp` (no hook: DDP's built-in allreduce), `bf16`, `powersgd-R`. `--compress`
+(zen.compress) applies a compressor to the sparse schemes (every dense part, the embeddings keep their
+natural sparsity); `allreduce` and PyTorch's hooks stay uncompressed: the dense training it is compared with.
 Beware `ddp` with nn.Embedding(sparse=True): DDP divides each COO gradient in place by the world size
 (Reducer::mark_variable_ready_sparse) while gloo reduces it, and two such gradients may share their
 values tensor (embeddings whose outputs are summed): their averages come out wrong and racy (torch 2.13).
@@ -27,6 +29,7 @@ process, NCCL on cuda:LOCAL_RANK when CUDA is available. Rank 0 writes one JSON 
 """
 
 import argparse
+import ast
 import importlib
 import logging
 import os
@@ -40,15 +43,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
 from torch.nn.parallel import DistributedDataParallel
 
 import zen
+import zen.compress
 from workloads.base import PRESETS, Workload, build_workload, workload_names
 from workloads.records import Step
+from workloads.torch_hooks import EXAMPLES, NO_COMM, is_torch_hook, register
 from workloads.train_config import TrainConfig
-from workloads.train_report import NATIVE, NO_COMM, log_wandb, print_table, report_of
+from workloads.train_report import log_wandb, print_table, report_of
 from zen.ddp import ZenHookState, ddp_hook
+from zen.ddp.hook import DENSE
 from zen.provenance import write_json
 
 log = logging.getLogger(__name__)
@@ -112,16 +117,25 @@ def setup(cfg: TrainConfig, scheme: str, device: torch.device) -> Trainee:
                                   bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=cfg.bucket_view,
                                   find_unused_parameters=cfg.find_unused_parameters or bool(unused))
     state = None
-    if scheme == NO_COMM:
-        ddp.register_comm_hook(None, noop_hook)
-    elif scheme != NATIVE:
+    if is_torch_hook(scheme):
+        register(ddp, scheme)
+    else:
+        squeeze = {"compress": cfg.compress, "density": cfg.density, "compress_options": compress_options(cfg)} \
+            if cfg.compress and scheme != DENSE else {}
         state = ZenHookState(scheme=scheme, sparse_params=sparse, check_every=cfg.check_every,
-                             asynchronous=cfg.asynchronous, lanes=cfg.lanes)
+                             asynchronous=cfg.asynchronous, lanes=cfg.lanes, **squeeze)
         ddp.register_comm_hook(state, ddp_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=work.lr)
     torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)  # per-rank dropout streams, same for every scheme
     return Trainee(scheme, work, ddp, optimizer, work.batches(rank, world, cfg.seed), state, sparse, unused,
                    torch.get_rng_state())
+
+
+def compress_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The compressor's options; DGC's momentum correction replaces the optimizer's momentum, and the
+    workloads train with plain SGD, so it is off unless asked for."""
+    defaults = {"momentum": 0.0} if cfg.compress == "dgc" else {}
+    return {**defaults, **cfg.compress_options}
 
 
 def train(cfg: TrainConfig, trainees: list[Trainee], device: torch.device) -> None:
@@ -153,7 +167,7 @@ def step(t: Trainee, device: torch.device) -> Step:
 
 
 def _record(t: Trainee, loss: float, elapsed: float) -> Step:
-    if t.state is None:  # no-op hook: nothing sent; DDP's own allreduce: not counted
+    if t.state is None:  # no-op hook: nothing sent; PyTorch's other hooks: not counted
         zero = 0 if t.scheme == NO_COMM else None
         return Step(loss, elapsed, zero, zero, zero, zero, zero, zero, None)
     last = t.state.last_step
@@ -163,7 +177,14 @@ def _record(t: Trainee, loss: float, elapsed: float) -> Step:
                 bytes_received=last.bytes_received(),
                 embedding_bytes_received=last.bytes_received(sparse_only=True),
                 embedding_nnz=sum(s.nnz for s in embedded), embedding_parts=len(embedded),
+                residual_norm=_residual_norm(last.stats),
                 choice=",".join(sorted({s.choice for s in embedded if s.choice})) or None)
+
+
+def _residual_norm(stats: list[zen.SyncStats]) -> float | None:
+    """L2 norm over the step's parts of what the compressor has not sent yet (None: no compressor)."""
+    norms = [s.extra["residual_norm"] for s in stats if "residual_norm" in s.extra]
+    return sum(n * n for n in norms) ** 0.5 if norms else None
 
 
 def _sparse_params(model: nn.Module, work: Workload) -> list[nn.Parameter]:
@@ -253,8 +274,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", required=True, help="one of the registered workloads")
     parser.add_argument("--preset", default="tiny", help=f"one of {', '.join(PRESETS)}")
     parser.add_argument("--scheme", default="zen",
-                        help=f"scheme(s), comma-separated: registered schemes, {NO_COMM!r} (no-op hook) "
-                             f"or {NATIVE!r} (DDP's own allreduce, no hook)")
+                        help=f"scheme(s), comma-separated: registered schemes or PyTorch's own hooks "
+                             f"({', '.join(EXAMPLES)}; powersgd-R for any rank R)")
+    parser.add_argument("--compress", default=None,
+                        help="compressor for the sparse schemes' dense parts (zen.compress: "
+                             f"{', '.join(zen.compress.compressors())})")
+    parser.add_argument("--density", type=float, default=0.05, help="share of elements the compressor keeps")
+    parser.add_argument("--compress-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a compressor option, e.g. warmup_steps=5 (repeatable; dgc: momentum=0 unless set)")
     parser.add_argument("--world-size", type=int, default=None,
                         help="ranks to spawn (default 2); under torchrun taken from WORLD_SIZE")
     parser.add_argument("--steps", type=int, default=20)
@@ -298,17 +325,20 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     if args.preset not in PRESETS:
         raise ValueError(f"unknown preset {args.preset!r}; choose one of: {', '.join(PRESETS)}")
     schemes = [s.strip() for s in args.scheme.split(",") if s.strip()]
-    known = [*zen.schemes(), NO_COMM, NATIVE]
-    bad = [s for s in schemes if s not in known]
+    known = [*zen.schemes(), *EXAMPLES]
+    bad = [s for s in schemes if s not in zen.schemes() and not is_torch_hook(s)]
     if bad or not schemes:
         raise ValueError(f"unknown scheme {', '.join(bad) or repr(args.scheme)}; "
-                         f"choose from: {', '.join(known)}")
+                         f"choose from: {', '.join(known)} (powersgd-R for any rank R >= 1)")
+    options = _compress_options(args)
     world = _world_size(args, torchrun)
     warmup = min(3, args.steps // 2) if args.warmup is None else args.warmup
     if args.steps <= warmup or warmup < 0:
         raise ValueError(f"--steps ({args.steps}) must exceed --warmup ({warmup}) >= 0")
     if args.check_every < 0 or args.log_every < 0 or args.lanes < 1:
         raise ValueError("--check-every and --log-every must be >= 0, --lanes >= 1")
+    if "bf16" in schemes and not (torchrun and torch.cuda.is_available()):
+        raise ValueError("scheme bf16: DDP's bf16 hook needs NCCL on CUDA; on gloo use fp16")
     if args.bandwidth and torchrun:
         raise ValueError("--bandwidth emulates a cluster on one machine; under torchrun the network is real")
     if args.bandwidth:
@@ -322,7 +352,7 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     return TrainConfig(
         workload=args.workload, preset=args.preset, schemes=schemes, world_size=world, steps=args.steps,
         warmup=warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, bucket_view=not args.no_bucket_view,
-        check_every=args.check_every,
+        check_every=args.check_every, compress=args.compress, density=args.density, compress_options=options,
         asynchronous=not args.sync_hook, lanes=args.lanes, interleave=not args.no_interleave, log_every=args.log_every,
         find_unused_parameters=args.find_unused_parameters, backend=backend,
         out=str(Path(args.out or Path("results", "train", f"{run_name}.json")).resolve()),
@@ -330,6 +360,24 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
         wandb_project=args.wandb_project,
         wandb_group=args.wandb_group or f"{args.workload}-{args.preset}-P{world}", plugins=list(args.plugin),
         bandwidth=args.bandwidth)
+
+
+def _compress_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--compress-option KEY=VALUE pairs (values as Python literals), checked by building the compressor."""
+    options: dict[str, Any] = {}
+    for item in args.compress_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--compress-option wants KEY=VALUE, got {item!r}")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value
+    if args.compress is None and options:
+        raise ValueError("--compress-option needs --compress")
+    if args.compress is not None:
+        zen.compress.make_compressor(args.compress, args.density, **options)
+    return options
 
 
 def _world_size(args: argparse.Namespace, torchrun: bool) -> int:

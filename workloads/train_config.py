@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -17,6 +18,9 @@ class TrainConfig:
     bucket_cap_mb: float | None = None
     bucket_view: bool = True  # DDP's gradient_as_bucket_view: grads live in the buckets (no copy, less memory)
     check_every: int = 100  # the hook's cross-rank input check on steps 1-2, then every k-th; 0 no more
+    compress: str | None = None  # zen.compress compressor for the sparse schemes' dense parts
+    density: float = 0.05
+    compress_options: dict[str, Any] = field(default_factory=dict)
     asynchronous: bool = True  # the hook overlaps communication with backward
     lanes: int = 2  # the hook's communication lanes (buckets in flight at once)
     interleave: bool = True  # one step of every scheme in turn (else one scheme after the other)
