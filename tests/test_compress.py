@@ -11,7 +11,7 @@ import torch
 
 import zen
 from zen.bench.patterns import make_gradient
-from zen.compress import compressors, make_compressor
+from zen.compress import compressors, make_compressor, sparsifiers
 from zen.compress.base import PartContext
 from zen.compress.sign import ScaledSign, pack_signs, unpack_signs
 from zen.compress.topk import exact_topk, sampled_topk
@@ -19,7 +19,7 @@ from zen.launch import spawn
 
 from .test_prediction import compare
 
-SPARSIFIERS = [c for c in compressors() if not make_compressor(c).own_exchange]
+SPARSIFIERS = sparsifiers()
 
 
 def _inputs(kind: str, P: int, n: int = 3001) -> list[torch.Tensor]:
@@ -146,3 +146,27 @@ def test_hook_returns_the_mean_of_what_every_rank_chose(P: int) -> None:
             assert torch.allclose(rank["grads"].double(), rank["expected"], rtol=1e-6, atol=1e-7), case
             assert torch.equal(rank["grads"], ranks[0]["grads"]), case
             assert all(len(r) == 1 and r[0] > 0 for r in rank["residuals"]), "residual norms in the records"
+
+
+@pytest.mark.parametrize("compress", SPARSIFIERS)
+def test_bench_and_model_take_compressed_inputs(compress: str, capsys) -> None:
+    """zen bench --compress: every scheme correct on what the compressor chose, sparse ones moving fewer
+    bytes than allreduce; zen model --compress predicts from the same sets."""
+    from zen.bench.harness import BenchConfig, run_bench
+    from zen.cli import main
+
+    rows = run_bench(BenchConfig(world_size=3, schemes=zen.schemes(), numel=20_000, density=0.05, repeats=1,
+                                 warmup=0, compress=compress))
+    by = {r["scheme"]: r for r in rows}
+    assert all(r["correct"] for r in rows) and by["zen"]["pattern"] == f"{compress}-chosen"
+    assert by["zen"]["bytes_received_max"] < by["allreduce"]["bytes_received_max"] / 3
+    assert main(["model", "-n", "3", "--numel", "20000", "--density", "0.05", "--compress", compress]) == 0
+    assert "zen" in capsys.readouterr().out
+
+
+def test_quantizers_are_refused_where_a_scheme_would_sync_them(capsys) -> None:
+    from zen.cli import main
+
+    assert main(["bench", "--compress", "sign"]) == 2
+    assert main(["model", "--compress", "sign"]) == 2
+    assert "sparsifier" in capsys.readouterr().err

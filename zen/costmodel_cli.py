@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 
 from zen import costmodel
-from zen.bench.patterns import PATTERNS, index_set
+from zen.bench.patterns import PATTERNS, compressed_gradient, index_set
 from zen.cli_args import UsageError
+from zen.compress import sparsifiers
 from zen.netem import parse_rate
 from zen.prediction import predict, totals
 from zen.registry import schemes
@@ -22,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--numel", type=lambda s: int(float(s)), default=1 << 22)
     p.add_argument("--density", type=float, default=0.01)
     p.add_argument("--pattern", choices=PATTERNS, default=None, help="draw index sets (exact prediction)")
+    p.add_argument("--compress", default=None,
+                   help="draw index sets as zen bench --compress does: what this sparsifier of --density chooses")
     p.add_argument("--gamma-n", type=float, default=None, help="densification ratio of all n ranks")
     p.add_argument("--skew", type=float, default=1.0, help="skewness of even contiguous ranges")
     p.add_argument("--bandwidth", default="25gbit", help="per-link rate, e.g. 1gbit, 25gbit")
@@ -32,16 +35,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.density <= 1:
         raise UsageError(f"--density must be in [0, 1], got {args.density}")
-    if args.pattern is None and args.gamma_n is None:
-        raise UsageError("give --pattern (draw index sets) or --gamma-n (closed forms)")
+    if args.pattern is None and args.gamma_n is None and args.compress is None:
+        raise UsageError("give --pattern or --compress (draw index sets) or --gamma-n (closed forms)")
+    if args.compress is not None and args.compress not in sparsifiers():
+        raise UsageError(f"--compress {args.compress}: choose a sparsifier ({', '.join(sparsifiers())})")
     net = costmodel.Network(alpha=args.alpha_us * 1e-6, bandwidth=parse_rate(args.bandwidth) / 8)
     n, M = args.world_size, args.numel
     exact: dict[str, int] = {}
     gamma_n = args.gamma_n
-    if args.pattern:
+    if args.pattern or args.compress:
         import torch
 
-        sets = [index_set(args.pattern, M, args.density, r, n, args.seed) for r in range(n)]
+        sets = [index_set(args.pattern, M, args.density, r, n, args.seed) if args.compress is None else
+                compressed_gradient(args.compress, M, args.density, r, args.seed).nonzero().view(-1)
+                for r in range(n)]
         gamma_n = torch.unique(torch.cat(sets)).numel() / max(1, sum(s.numel() for s in sets) / n)
         layout = WireLayout(world_size=n, rows=M, seed=args.seed)
         exact = {name: max(totals(predict(name, sets, layout))) for name in schemes()}

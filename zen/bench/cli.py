@@ -10,6 +10,7 @@ from zen.bench.harness import DTYPES, BenchConfig, run_bench
 from zen.bench.patterns import PATTERNS
 from zen.bench.report import json_lines, markdown, table
 from zen.cli_args import UsageError, count, positive_int, rate
+from zen.compress import sparsifiers
 from zen.encodings import encodings
 from zen.provenance import write_atomic
 from zen.registry import schemes
@@ -22,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--numel", type=count, default=1 << 20, help="elements (2^20, 1e6, ...)")
     p.add_argument("--density", type=float, default=0.01)
     p.add_argument("--pattern", choices=PATTERNS, default="random")
+    p.add_argument("--compress", default=None,
+                   help=f"inputs are what this compressor of --density chooses from a dense gradient, half shared "
+                        f"by all ranks (--pattern is then unused): {', '.join(sparsifiers())}")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     p.add_argument("--repeats", type=positive_int, default=10)
     p.add_argument("--warmup", type=int, default=2)
@@ -49,6 +53,9 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         raise UsageError("--backend nccl: this torch has no NCCL (a CPU build); use gloo or sim")
     if args.bandwidth and args.backend == "sim":
         raise UsageError("--bandwidth needs --backend gloo (sim uses --sim-bandwidth-gbps)")
+    if args.compress is not None and args.compress not in sparsifiers():
+        raise UsageError(f"--compress {args.compress}: choose a sparsifier ({', '.join(sparsifiers())}); a "
+                         f"quantizer brings its own exchange, no scheme to compare")
     options = {}
     if args.pull:
         options = {n: {"pull": args.pull} for n in names if n in ("zen", "zen-bp")}
@@ -57,7 +64,9 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         density=args.density, pattern=args.pattern, dtype=args.dtype, repeats=args.repeats,
         warmup=args.warmup, seed=args.seed, bandwidth=args.bandwidth,
         sim_bandwidth_gbps=args.sim_bandwidth_gbps, in_place=args.in_place, options=options,
+        compress=args.compress,
     )
+
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ import torch
 
 from zen import costmodel
 from zen.api import simulate, sync
-from zen.bench.patterns import make_gradient
+from zen.bench.patterns import compressed_gradient, make_gradient
 from zen.bench.reference import matches_reference, reference_sum
 from zen.comm.sim import SimComm, SimGroup
 from zen.registry import make_scheme
@@ -44,6 +44,7 @@ class BenchConfig:
     sim_bandwidth_gbps: float = 25.0  # modelled link rate for sim times
     in_place: bool = False  # out = the input buffer (DDP's case): sparse schemes skip a write of the whole output
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # scheme -> options
+    compress: str | None = None  # inputs: what this compressor of `density` chooses (zen.bench.patterns)
 
 
 @dataclass
@@ -66,18 +67,26 @@ def union_density(cfg: BenchConfig) -> float:
 
 
 def inputs(cfg: BenchConfig, rank: int) -> torch.Tensor:
-    return make_gradient(cfg.pattern, cfg.numel, cfg.density, rank, cfg.world_size, cfg.seed, DTYPES[cfg.dtype])
+    return _gradient(cfg.pattern, cfg.compress, cfg.numel, cfg.density, rank, cfg.world_size, cfg.seed, cfg.dtype)
 
 
 def all_inputs(cfg: BenchConfig) -> list[torch.Tensor]:
     """Every rank's gradient, generated once per configuration (the data never changes between schemes)."""
-    return list(_all_inputs(cfg.pattern, cfg.numel, cfg.density, cfg.world_size, cfg.seed, cfg.dtype))
+    return list(_all_inputs(cfg.pattern, cfg.compress, cfg.numel, cfg.density, cfg.world_size, cfg.seed,
+                            cfg.dtype))
 
 
 @lru_cache(maxsize=1)
-def _all_inputs(pattern: str, numel: int, density: float, world_size: int, seed: int, dtype: str
-                ) -> tuple[torch.Tensor, ...]:
-    return tuple(make_gradient(pattern, numel, density, r, world_size, seed, DTYPES[dtype]) for r in range(world_size))
+def _all_inputs(pattern: str, compress: str | None, numel: int, density: float, world_size: int, seed: int,
+                dtype: str) -> tuple[torch.Tensor, ...]:
+    return tuple(_gradient(pattern, compress, numel, density, r, world_size, seed, dtype) for r in range(world_size))
+
+
+def _gradient(pattern: str, compress: str | None, numel: int, density: float, rank: int, world_size: int,
+              seed: int, dtype: str) -> torch.Tensor:
+    if compress is not None:
+        return compressed_gradient(compress, numel, density, rank, seed, DTYPES[dtype])
+    return make_gradient(pattern, numel, density, rank, world_size, seed, DTYPES[dtype])
 
 
 def _reference(cfg: BenchConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,7 +244,8 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
         phases = sorted({p for r in recs for p in r.stats.traffic.received})
         out.append({
             "scheme": name, "backend": cfg.backend, "world_size": cfg.world_size, "numel": cfg.numel,
-            "density": cfg.density, "pattern": cfg.pattern, "dtype": cfg.dtype, "bandwidth": cfg.bandwidth,
+            "density": cfg.density, "pattern": cfg.pattern if cfg.compress is None else f"{cfg.compress}-chosen",
+            "dtype": cfg.dtype, "bandwidth": cfg.bandwidth,
             "in_place": cfg.in_place, "gloo_loop": recs[0].gloo_loop,
             "union_density": udens, "nnz_max": max(r.stats.nnz for r in recs),
             "bytes_sent_max": max(r.stats.traffic.bytes_sent for r in recs),

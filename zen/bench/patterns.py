@@ -4,6 +4,9 @@
 - identical: the same index set on every rank (gamma^n = 1);
 - disjoint: non-overlapping sets (gamma^n = n);
 - zipf: skewed towards low indices like real embedding gradients (frequent tokens get low ids).
+With a compressor (`zen bench --compress`), a rank's input is instead what the compressor chooses from a
+dense gradient whose half is shared by all ranks (`compressed_gradient`), so the chosen sets overlap partly,
+as top-k sets of data-parallel gradients do.
 Values are standard normal; every rank's generator is seeded by (seed, rank), so each rank of a real
 run can rebuild all ranks' inputs and check its result against a float64 reference.
 """
@@ -74,3 +77,17 @@ def make_gradient(pattern: str, numel: int, density: float, rank: int, world_siz
     grad[idx] = values.to(dtype)
     return grad.view(shape) if shape is not None else grad
 
+
+
+def compressed_gradient(compress: str, numel: int, density: float, rank: int, seed: int,
+                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """What compressor `compress` of `density` sends on its first step from rank `rank`'s dense gradient:
+    a shared normal component plus a per-rank one of the same scale."""
+    from zen.compress import make_compressor
+    from zen.compress.base import PartContext
+
+    shared = torch.randn(numel, generator=torch.Generator().manual_seed(seed * 1_000_003))
+    own = torch.randn(numel, generator=torch.Generator().manual_seed(seed * 31 + rank + 17))
+    grad = shared.add_(own).to(dtype)
+    make_compressor(compress, density).compress(grad, PartContext("bench", 0, 0, 1))
+    return grad

@@ -31,6 +31,11 @@ def compressors() -> list[str]:
     return sorted(_FACTORIES)
 
 
+def sparsifiers() -> list[str]:
+    """The compressors whose choice a scheme synchronizes (not a quantizer's own exchange)."""
+    return [name for name in compressors() if not _FACTORIES[name].own_exchange]
+
+
 def make_compressor(name: str, density: float = 0.05, **options: Any) -> Compressor:
     """A new compressor (fresh residuals); unknown names and bad options are a ZenInputError."""
     if name not in _FACTORIES:
@@ -45,4 +50,4 @@ for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["Compressor", "PartContext", "compressors", "make_compressor", "register_compressor"]
+__all__ = ["Compressor", "PartContext", "compressors", "make_compressor", "register_compressor", "sparsifiers"]
