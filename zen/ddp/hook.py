@@ -22,9 +22,9 @@ with the real classes and rejects strings.
 
 import datetime
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -36,9 +36,11 @@ from zen.comm.dist import DistComm, timeout_seconds
 from zen.ddp.router import BucketRouter, Part, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
 from zen.registry import Scheme, make_scheme, scheme_config
+from zen.twolevel import NodeComms, dist_node_comms, nodes_of
 from zen.types import SyncStats, ZenCommError, ZenInputError
 from zen.validate import check_parts
 
+T = TypeVar("T")
 DENSE = "allreduce"  # every part that is not embedding rows
 NONFINITE = ("pass", "raise")
 
@@ -71,11 +73,13 @@ class StepRecord:
 
 @dataclass
 class Lane:
-    """One communication lane: its communicator (process group), thread and scheme instances."""
+    """One communication lane: its communicator (process group), thread and scheme instances, and with
+    `ranks_per_node` > 1 its node and inter-node sub-groups."""
 
     comm: DistComm
     worker: CommWorker
     schemes: dict[str, Scheme]
+    nodes: NodeComms | None = None
 
 
 @dataclass
@@ -91,7 +95,9 @@ class ZenHookState:
     from the start is caught at once). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
     (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`:
     buckets in flight at once. `asynchronous=False` runs each bucket inside the hook call (no overlap with
-    backward)."""
+    backward). `ranks_per_node` > 1 (it must divide the world size; the default group only): the embedding
+    rows take the two-level path (zen.twolevel: dense inside each node of that many consecutive ranks,
+    `scheme` across nodes); dense parts and COO gradients stay flat over all ranks."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
@@ -104,6 +110,7 @@ class ZenHookState:
     timeout_s: float | None = None
     lanes: int = 2
     asynchronous: bool = True
+    ranks_per_node: int = 1
     iteration: int = 0
     last_step: StepRecord = field(default_factory=StepRecord)
     _step: StepRecord = field(default_factory=StepRecord, repr=False)
@@ -120,6 +127,7 @@ class ZenHookState:
             timeout_seconds(self.timeout_s)
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
+        self._check_ranks_per_node()
         self._make_schemes()  # unknown names and bad options fail here, not inside backward
         self._router = BucketRouter(None if self.sparse_params is None else embedding_params(self.sparse_params))
 
@@ -128,11 +136,23 @@ class ZenHookState:
         state.update(group=None, _lanes=[], _fault=Fault(), sparse_params=None)
         return state
 
+    def _check_ranks_per_node(self) -> None:
+        """ZenInputError (alike on every rank) for a ranks_per_node the world cannot be cut into."""
+        if self.ranks_per_node < 1:
+            raise ZenInputError(f"ranks_per_node must be >= 1 (1: flat), got {self.ranks_per_node}")
+        if self.ranks_per_node > 1 and self.group is not None:
+            raise ZenInputError("zen: ranks_per_node > 1 needs the default group (group=None): its node groups "
+                                "are made of all ranks")
+        if dist.is_available() and dist.is_initialized():  # else checked when the lanes are made
+            nodes_of(dist.get_world_size(), self.ranks_per_node)
+
     @property
     def call_code(self) -> int:
         """What every rank's hook must agree on, as the code its calls carry (zen.comm.base)."""
+        two_level = f"|ranks_per_node={self.ranks_per_node}" if self.ranks_per_node > 1 else ""
         return code_of(f"hook|{scheme_config(self.scheme, self.options)}|validate={self.validate}|"
-                       f"check_every={self.check_every}|nonfinite={self.nonfinite}|average={self.average}")
+                       f"check_every={self.check_every}|nonfinite={self.nonfinite}|average={self.average}"
+                       + two_level)
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
@@ -143,21 +163,43 @@ class ZenHookState:
 
     def lane(self, bucket_index: int) -> Lane:
         """The lane of a bucket; all lanes are made at the first call, on every rank at the same point (the
-        first bucket), each with a process group of its own over `group`'s ranks."""
+        first bucket), each with a process group of its own over `group`'s ranks (and, two-level, sub-groups
+        of its own, made once every rank is known to want the same ones)."""
         if not self._lanes:
-            self._lanes = [self._new_lane(k) for k in range(1 if self.group is not None else self.lanes)]
+            timeout = datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
+            groups = [self._created(lambda: self.group if self.group is not None else dist.new_group(timeout=timeout))
+                      for _ in range(1 if self.group is not None else self.lanes)]
+            comms = [DistComm(group, timeout_s=self.timeout_s) for group in groups]
+            self._agree_ranks_per_node(comms[0])
+            self._lanes = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
         return self._lanes[bucket_index % len(self._lanes)]
 
-    def _new_lane(self, k: int) -> Lane:
-        timeout = datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
+    def _created(self, make: Callable[[], T]) -> T:
+        """`make()` (process groups): a peer that never reaches its first bucket is a ZenCommError."""
         try:
-            group = self.group if self.group is not None else dist.new_group(timeout=timeout)
-        except Exception as exc:  # a peer that never reaches its first bucket
+            return make()
+        except Exception as exc:
             raise ZenCommError(f"zen: the hook's process group could not be created (a peer missing or late "
-                               f"by more than {timeout.total_seconds():.0f}s): {exc}") from exc
-        comm = DistComm(group, timeout_s=self.timeout_s)
+                               f"by more than {timeout_seconds(self.timeout_s):.0f}s): {exc}") from exc
+
+    def _agree_ranks_per_node(self, comm: DistComm) -> None:
+        """Two-level: every rank must make the same sub-groups, so they compare ranks_per_node first (a rank
+        with 1 meets this gather with its first bucket's call instead: misaligned calls, a ZenCommError)."""
+        if self.ranks_per_node == 1:
+            return
+        nodes_of(comm.world_size, self.ranks_per_node)
+        mine = torch.tensor([self.ranks_per_node], dtype=torch.int64, device=comm.device)
+        seen = comm.all_gather_fixed(mine).view(-1).tolist()
+        if len(set(seen)) > 1:
+            raise ZenInputError(f"zen: rank {comm.rank}: ranks_per_node differs across ranks ({seen})")
+
+    def _new_lane(self, k: int, comm: DistComm) -> Lane:
+        nodes = None
+        if self.ranks_per_node > 1:
+            nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s))
         setup = (lambda: torch.cuda.set_device(comm.device)) if comm.device.type == "cuda" else None
-        return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_schemes())
+        return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_schemes(),
+                    nodes)
 
     def check_due(self) -> bool:
         periodic = self.check_every > 0 and self.iteration % self.check_every == 0
@@ -201,14 +243,16 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
                  check: bool, code: int, done: torch.futures.Future) -> None:
     """One bucket: one input check for all its parts (if due), the dense parts' all-reduces issued, the
     sparse parts synchronized; `done` completes when the all-reduces have too."""
-    comm = lane.comm
+    comm, nodes = lane.comm, lane.nodes
     comm.begin_call(code, sizes_agreed=True)
+    if nodes is not None:
+        nodes.begin_call(code, sizes_agreed=True)
     divisor = comm.world_size if state.average else 1
     scheme = lane.schemes[state.scheme]
     # embedding rows (and any COO gradient) through the scheme; the rest, or all if the scheme is dense, async
     through = [p.coo or (p.sparse and scheme.sparse_input) for p in parts]
     names = [state.scheme if t else DENSE for t in through]
-    grads = [prepare(lane.schemes[n], p.tensor, rows=t and not p.coo)
+    grads = [prepare(lane.schemes[n], p.tensor, rows=t and not p.coo, extract=nodes is None or p.coo)
              for p, n, t in zip(parts, names, through, strict=True)]
     start = time.perf_counter()
     if check:
@@ -223,7 +267,7 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
         step.parts.append((stats, part.sparse))
         if scheme_path:
             out, _ = run(scheme, part.tensor, grad, comm, None if part.coo else part.tensor, divisor,
-                         sparse_result=part.coo, stats=stats)
+                         sparse_result=part.coo, stats=stats, nodes=None if part.coo else nodes)
             step.spans.append((start, time.perf_counter()))
             result = out if part.coo else result
         else:
