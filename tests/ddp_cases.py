@@ -45,9 +45,10 @@ def train(scheme: str, sparse: bool = False, steps: int = 8, hook: dict[str, Any
     torch.manual_seed(0)
     model = Model(sparse, branch)
     wrapped = DDP(model, **(ddp or {}))
+    state = None
     if scheme != "ddp":
-        wrapped.register_comm_hook(zen.ZenHookState(scheme=scheme, sparse_params=model, **(hook or {})),
-                                   zen.ddp_hook)
+        state = zen.ZenHookState(scheme=scheme, sparse_params=model, **(hook or {}))
+        wrapped.register_comm_hook(state, zen.ddp_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(100 + dist.get_rank())
     losses = []
@@ -65,7 +66,8 @@ def train(scheme: str, sparse: bool = False, steps: int = 8, hook: dict[str, Any
         dist.all_reduce(total)
         losses.append(total.item() / dist.get_world_size())
     checksum = float(sum(p.detach().double().sum() * (k + 1) for k, p in enumerate(model.parameters())))
-    return {"losses": losses, "checksum": checksum}
+    phases = sorted({p for s in state.last_step.stats for p in s.traffic.received}) if state else []
+    return {"losses": losses, "checksum": checksum, "phases": phases}
 
 
 def variants(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:

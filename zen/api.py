@@ -16,17 +16,19 @@ from zen.compress import Compressor, PartContext, make_compressor
 from zen.grad import LocalGrad, to_local_grad
 from zen.output import DenseOutput, Output, make_output
 from zen.registry import Scheme, make_scheme, scheme_config
+from zen.twolevel import NodeComms, dist_node_comms, nodes_of, refuse_sparse, sim_node_comms, two_level
 from zen.types import SyncStats, ZenInputError
 from zen.validate import check_inputs
 
 _COMMS: dict[tuple, DistComm] = {}
+_NODES: dict[tuple, NodeComms] = {}
 _SCHEMES: dict[tuple, Scheme] = {}
 
 
 def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
          validate: bool = True, divisor: int = 1, *, rows: bool = False, sparse_result: bool = False,
-         check_finite: bool = True, compressor: Compressor | None = None, ctx: PartContext | None = None
-         ) -> tuple[torch.Tensor, SyncStats]:
+         check_finite: bool = True, compressor: Compressor | None = None, ctx: PartContext | None = None,
+         nodes: NodeComms | None = None) -> tuple[torch.Tensor, SyncStats]:
     """Run one scheme on one rank; returns the sum (shaped like `tensor`) and the rank's stats.
 
     `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
@@ -39,27 +41,36 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
     a ZenInputError there (else it is summed like any value, as dense allreduce does). The call's header
     code covers the scheme, its options and these settings, so ranks that differ raise on every rank.
     `compressor` (zen.compress) first overwrites `tensor` with what it chooses to send (its residual keeps
-    the rest, under `ctx.key`); the result is the sum of the ranks' compressed tensors."""
+    the rest, under `ctx.key`); the result is the sum of the ranks' compressed tensors. `nodes` (this rank's
+    sub-groups of `comm`'s ranks, zen.twolevel): two-level sync, the scheme across nodes on shards of the
+    node sums; the input check still runs over `comm` (not with a compressor)."""
     return _sync(lambda: scheme, scheme_config(scheme), tensor, comm, out, validate, divisor, rows, sparse_result,
-                 check_finite, compressor, ctx)
+                 check_finite, compressor, ctx, nodes)
 
 
 def _sync(make: Callable[[], Scheme], config: str, tensor: torch.Tensor, comm: Communicator,
           out: torch.Tensor | None, validate: bool, divisor: int, rows: bool, sparse_result: bool,
-          check_finite: bool, compressor: Compressor | None = None, ctx: PartContext | None = None
-          ) -> tuple[torch.Tensor, SyncStats]:
+          check_finite: bool, compressor: Compressor | None = None, ctx: PartContext | None = None,
+          nodes: NodeComms | None = None) -> tuple[torch.Tensor, SyncStats]:
     """`sync` of the scheme `make` returns (`config`: its name and options). If making it fails on one
     rank (an unknown scheme) or its input or `out=` is refused, that rank still joins the check, so every
     rank raises ZenInputError instead of the others timing out."""
     if compressor is not None:
         config = f"{config}|compress={compressor.config}"
-    comm.begin_call(code_of(f"{config}|validate={validate}|finite={check_finite}|rows={rows}|"
-                            f"sparse={sparse_result}|divisor={divisor}"), sizes_agreed=validate)
+    code = code_of(f"{config}|validate={validate}|finite={check_finite}|rows={rows}|sparse={sparse_result}|"
+                   f"divisor={divisor}" + (f"|ranks_per_node={nodes.ranks_per_node}" if nodes else ""))
+    comm.begin_call(code, sizes_agreed=validate)
+    if nodes is not None:
+        nodes.begin_call(code, sizes_agreed=validate)
     stats = SyncStats()
     comm.traffic = stats.traffic
     try:
         scheme = make()
-        grad = prepare(scheme, tensor, rows, compressor, ctx)
+        if nodes is not None:
+            refuse_sparse(tensor, sparse_result)
+            if compressor is not None:
+                raise ZenInputError("a compressor with two-level sync is not supported; sync flat")
+        grad = prepare(scheme, tensor, rows, extract=nodes is None, compressor=compressor, ctx=ctx)
         output = make_output(tensor, grad, out, divisor, sparse_result)
     except ZenInputError as local:
         if validate and comm.world_size > 1:
@@ -71,7 +82,7 @@ def _sync(make: Callable[[], Scheme], config: str, tensor: torch.Tensor, comm: C
         assert ctx is not None and isinstance(output, DenseOutput)
         compressor.exchange(tensor, ctx, comm, output.result, divisor)
         return output.result, stats
-    return _exchange(scheme, grad, comm, output, stats)
+    return _exchange(scheme, grad, comm, output, stats, nodes)
 
 
 def _share_failure(local: ZenInputError, tensor: torch.Tensor, config: str, comm: Communicator) -> None:
@@ -83,34 +94,39 @@ def _share_failure(local: ZenInputError, tensor: torch.Tensor, config: str, comm
         raise local from shared
 
 
-def prepare(scheme: Scheme, tensor: torch.Tensor, rows: bool = False, compressor: Compressor | None = None,
-            ctx: PartContext | None = None) -> LocalGrad:
-    """`tensor` as this rank's rows, the non-zero ones extracted (once) if the scheme sends rows. A
-    sparsifier overwrites `tensor` with its choice and hands its rows over as they are (a quantizer
-    compresses in its own exchange: the input is checked as it is)."""
+def prepare(scheme: Scheme, tensor: torch.Tensor, rows: bool = False, extract: bool = True,
+            compressor: Compressor | None = None, ctx: PartContext | None = None) -> LocalGrad:
+    """`tensor` as this rank's rows, the non-zero ones extracted (once) if the scheme sends rows and
+    `extract` (two-level sync extracts them from its shard of the node sum instead). A sparsifier
+    overwrites `tensor` with its choice and hands its rows over as they are (a quantizer compresses in
+    its own exchange: the input is checked as it is)."""
     if compressor is not None and not compressor.own_exchange:
         if ctx is None or tensor.layout != torch.strided:
             raise ZenInputError("a compressor needs a dense tensor and a PartContext (ctx=)")
         return compressor.compress(tensor, ctx)
     grad = to_local_grad(tensor, rows)
-    if getattr(scheme, "sparse_input", True):
+    if extract and getattr(scheme, "sparse_input", True):
         grad.rows()
     return grad
 
 
 def run(scheme: Scheme, tensor: torch.Tensor, grad: LocalGrad, comm: Communicator,
         out: torch.Tensor | None = None, divisor: int = 1, sparse_result: bool = False,
-        stats: SyncStats | None = None) -> tuple[torch.Tensor, SyncStats]:
+        stats: SyncStats | None = None, nodes: NodeComms | None = None) -> tuple[torch.Tensor, SyncStats]:
     """The scheme's exchange of `grad` (from `prepare(tensor)`, checked or not); see `sync`. Bytes are
     added to `stats` (a new one if None)."""
     stats = stats or SyncStats()
     comm.traffic = stats.traffic
-    return _exchange(scheme, grad, comm, make_output(tensor, grad, out, divisor, sparse_result), stats)
+    return _exchange(scheme, grad, comm, make_output(tensor, grad, out, divisor, sparse_result), stats, nodes)
 
 
-def _exchange(scheme: Scheme, grad: LocalGrad, comm: Communicator, output: Output, stats: SyncStats
-              ) -> tuple[torch.Tensor, SyncStats]:
-    scheme(grad, comm, output, stats)
+def _exchange(scheme: Scheme, grad: LocalGrad, comm: Communicator, output: Output, stats: SyncStats,
+              nodes: NodeComms | None = None) -> tuple[torch.Tensor, SyncStats]:
+    if nodes is None:
+        scheme(grad, comm, output, stats)
+    else:
+        assert isinstance(output, DenseOutput)
+        two_level(scheme, grad, nodes, output, stats)
     return output.finish(), stats
 
 
@@ -123,6 +139,8 @@ def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None) -> Dist
         del _COMMS[key]
     for key in [k for k in _SCHEMES if k[1] not in _COMMS.values()]:
         del _SCHEMES[key]
+    for key in [k for k in _NODES if k[0] not in _COMMS.values()]:
+        del _NODES[key]
     pg = live_group(group)
     key = (id(pg), timeout_s)
     comm = _COMMS.get(key)
@@ -131,8 +149,24 @@ def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None) -> Dist
     return comm
 
 
-def _cached_scheme(name: str, comm: DistComm, options: dict[str, Any]) -> Scheme:
-    key = (name, comm, tuple(sorted(options.items())))
+def _node_comms(comm: DistComm, group: dist.ProcessGroup | None, ranks_per_node: int,
+                timeout_s: float | None) -> NodeComms | None:
+    """The sub-groups of two-level allreduce, made at the first call with this `ranks_per_node` (every rank
+    makes the same calls, so every rank creates them in the same order); None for flat (1)."""
+    nodes_of(comm.world_size, ranks_per_node)
+    if ranks_per_node == 1:
+        return None
+    if group is not None:
+        raise ZenInputError("zen: ranks_per_node > 1 needs the default group: its node groups are made of all ranks")
+    key = (comm, ranks_per_node)
+    if key not in _NODES:
+        _NODES[key] = dist_node_comms(ranks_per_node, timeout_s)
+    return _NODES[key]
+
+
+def _cached_scheme(name: str, comm: DistComm, options: dict[str, Any], ranks_per_node: int = 1) -> Scheme:
+    """One instance per communicator and layout: a two-level instance's per-size state is about shards."""
+    key = (name, comm, tuple(sorted(options.items())), ranks_per_node)
     if key not in _SCHEMES:
         _SCHEMES[key] = make_scheme(name, **options)
     return _SCHEMES[key]
@@ -141,7 +175,7 @@ def _cached_scheme(name: str, comm: DistComm, options: dict[str, Any]) -> Scheme
 def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGroup | None = None, *,
               out: torch.Tensor | None = None, validate: bool = True, timeout_s: float | None = None,
               rows: bool = False, sparse_result: bool = False, tag: int | str | None = None,
-              **options: Any) -> torch.Tensor:
+              ranks_per_node: int = 1, **options: Any) -> torch.Tensor:
     """SUM of `tensor` over the ranks of `group`, same shape and dtype, on every rank: dense, or with
     `sparse_result` a coalesced COO tensor over the rows any rank has.
 
@@ -149,10 +183,14 @@ def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGrou
     nn.Embedding(sparse=True) gradients, duplicates included). Scheme instances (and their per-size
     state) persist across calls. `tag` (e.g. the step and the tensor's name) must match across ranks: a rank
     that skipped or added a call then raises ZenInputError on every rank at its next call, where without a
-    tag its next call would pair with the others' previous one. See `sync` for the rest."""
+    tag its next call would pair with the others' previous one. `ranks_per_node` > 1 (the same on every
+    rank, dividing the world size; the default group only): two-level sync, dense inside each node of that
+    many consecutive ranks, `scheme` across nodes (zen.twolevel). See `sync` for the rest."""
     comm = _dist_comm(group, timeout_s)
-    return _sync(lambda: _cached_scheme(scheme, comm, options), f"{scheme_config(scheme, options)}|tag={tag}",
-                 tensor, comm, out, validate, 1, rows, sparse_result, True)[0]
+    nodes = _node_comms(comm, group, ranks_per_node, timeout_s)
+    return _sync(lambda: _cached_scheme(scheme, comm, options, ranks_per_node),
+                 f"{scheme_config(scheme, options)}|tag={tag}", tensor, comm, out, validate, 1, rows, sparse_result,
+                 True, nodes)[0]
 
 
 @dataclass
@@ -167,27 +205,31 @@ class SimResult:
 
 def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, seed: int | None = None,
              validate: bool = True, timeout_s: float = 600.0, outs: Sequence[torch.Tensor] | None = None,
-             divisor: int = 1, rows: bool = False, sparse_result: bool = False, compress: str | None = None,
-             density: float = 0.05, compress_options: dict[str, Any] | None = None,
+             divisor: int = 1, rows: bool = False, sparse_result: bool = False, ranks_per_node: int = 1,
+             compress: str | None = None, density: float = 0.05, compress_options: dict[str, Any] | None = None,
              **options: Any) -> SimResult:
     """Run `scheme` on len(tensors) virtual ranks in this process, through the same code path as
     torch.distributed; bytes are counted exactly. `warmup` calls run first (e.g. so `zen` has made
-    its BP/HC choice) and are not reported. `compress` (zen.compress) names a compressor of `density`,
-    one per rank, that overwrites each rank's tensor with what it sends (every call: warm-up calls feed
-    its residual)."""
+    its BP/HC choice) and are not reported. `ranks_per_node` > 1: two-level sync over nodes of that many
+    consecutive ranks (sub-groups of the simulated group; phases "intra:..." and "inter:..."). `compress`
+    (zen.compress) names a compressor of `density`, one per rank, that overwrites each rank's tensor with
+    what it sends (every call: warm-up calls feed its residual)."""
     P = len(tensors)
+    nodes_of(P, ranks_per_node)
     group = SimGroup(P, timeout_s=timeout_s, seed=seed)
+    node_comms = sim_node_comms(group, ranks_per_node) if ranks_per_node > 1 else None
     instances = [make_scheme(scheme, **options) for _ in range(P)]
     squeezers = [make_compressor(compress, density, **(compress_options or {})) if compress else None
                  for _ in range(P)]
 
     def rank_main(r: int) -> tuple[torch.Tensor, SyncStats]:
         comm = SimComm(group, r, tensors[r].device)
+        nodes = node_comms(r, tensors[r].device) if node_comms else None
         out = outs[r] if outs is not None else None
         for step in range(warmup + 1):
             result = sync(instances[r], tensors[r], comm, out, validate, divisor, rows=rows,
                           sparse_result=sparse_result, compressor=squeezers[r],
-                          ctx=PartContext("tensor", 0, step, P))
+                          ctx=PartContext("tensor", 0, step, P), nodes=nodes)
         return result
 
     results = group.run(rank_main)

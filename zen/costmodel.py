@@ -11,7 +11,7 @@ are what the selector and the scale study's ideal lines use.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zen.encodings import get_encoding
 from zen.fold import Fold
@@ -121,6 +121,25 @@ CLOSED_FORMS: dict[str, Callable[[Workload], Prediction]] = {
     "allreduce": allreduce, "agsparse": agsparse, "sparse_ps": sparse_ps, "omnireduce": omnireduce,
     "sparcml": sparcml, "zen-bp": bp, "zen-hc": hc, "bp-without-index": bp_without_index,
 }
+
+
+def two_level(w: Workload, ranks_per_node: int, inner: Callable[[Workload], Prediction]
+              ) -> tuple[float, Prediction]:
+    """Two-level sync (paper section 5, step 2): (the dense bytes a rank receives inside its node, the
+    `inner` closed form across the n/k nodes). Inside, the reduce-scatter and the all-gather bring (k-1)/k
+    of the tensor each. Across, each rank syncs a 1/k shard of its node's sum, as dense as the union of k
+    ranks (gamma^k d_G), and the union of m nodes is that of k m ranks. A node's k ranks share its uplink:
+    `node_time` is the time of what they move together."""
+    k = ranks_per_node
+    g = w.gamma(k)
+    shard = replace(w, n=w.n // k, rows=max(1, w.rows // k), density=min(1.0, g * w.density),
+                    gamma=lambda m: w.gamma(k * m) / g)
+    return 2 * (k - 1) / k * w.rows * w.width * w.value_bytes, inner(shard)
+
+
+def node_time(per_rank: Prediction, ranks_per_node: int, net: Network) -> float:
+    """Time of `per_rank` on each of a node's ranks when they share one uplink (their messages overlap)."""
+    return per_rank.messages * net.alpha + ranks_per_node * per_rank.bytes_received / net.bandwidth
 
 
 def traffic_time(sent: dict[str, list[int]], received: dict[str, list[int]], calls: dict[str, int],

@@ -2,6 +2,8 @@
 
 With --gamma-n (and optional --skew) it evaluates the closed forms of zen.costmodel; with --pattern it
 draws the ranks' index sets and uses each scheme's exact `predict`, plus the closed forms next to it.
+With --ranks-per-node k > 1 every scheme runs two-level, and bytes and times are those of the busiest node's
+uplink, which its k ranks share (the dense bytes inside a node are in the header).
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ import argparse
 
 from zen import costmodel
 from zen.bench.patterns import PATTERNS, compressed_gradient, index_set
-from zen.cli_args import UsageError
+from zen.cli_args import UsageError, positive_int
 from zen.compress import sparsifiers
 from zen.netem import parse_rate
-from zen.prediction import predict, totals
+from zen.prediction import predict, uplink_bytes
 from zen.registry import schemes
 from zen.types import WireLayout
 
@@ -30,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", default="25gbit", help="per-link rate, e.g. 1gbit, 25gbit")
     p.add_argument("--alpha-us", type=float, default=10.0, help="per-message latency in microseconds")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ranks-per-node", type=positive_int, default=1, help="two-level sync over nodes of this many")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     if args.compress is not None and args.compress not in sparsifiers():
         raise UsageError(f"--compress {args.compress}: choose a sparsifier ({', '.join(sparsifiers())})")
     net = costmodel.Network(alpha=args.alpha_us * 1e-6, bandwidth=parse_rate(args.bandwidth) / 8)
-    n, M = args.world_size, args.numel
+    n, M, k = args.world_size, args.numel, args.ranks_per_node
+    if n % k:
+        raise UsageError(f"--ranks-per-node {k} must divide --world-size {n} (equal nodes)")
     exact: dict[str, int] = {}
     gamma_n = args.gamma_n
     if args.pattern or args.compress:
@@ -51,17 +56,19 @@ def run(args: argparse.Namespace) -> int:
                 for r in range(n)]
         gamma_n = torch.unique(torch.cat(sets)).numel() / max(1, sum(s.numel() for s in sets) / n)
         layout = WireLayout(world_size=n, rows=M, seed=args.seed)
-        exact = {name: max(totals(predict(name, sets, layout))) for name in schemes()}
+        exact = {name: max(uplink_bytes(predict(name, sets, layout, ranks_per_node=k), k)) for name in schemes()}
     w = costmodel.Workload(n=n, rows=M, density=args.density, gamma=costmodel.gamma_from_union(n, gamma_n),
                            skew=args.skew)
+    intra = costmodel.two_level(w, k, costmodel.allreduce)[0] if k > 1 else 0.0
     print(f"# n={n} numel={M} density={args.density} gamma^n={gamma_n:.3f} skew={args.skew} "
-          f"bandwidth={args.bandwidth} alpha={args.alpha_us}us")
+          f"bandwidth={args.bandwidth} alpha={args.alpha_us}us"
+          + (f" ranks_per_node={k} (two-level; intra-node dense MB per rank: {intra / 1e6:.3f})" if k > 1 else ""))
     print(f"{'scheme':>18} {'closed-form MB':>15} {'time ms':>9} {'exact MB':>9} {'exact ms':>9}")
     for name in sorted(set(costmodel.CLOSED_FORMS) | set(exact)):
         form = costmodel.CLOSED_FORMS.get(name)
-        pred = form(w) if form else None
-        cells = [f"{pred.bytes_received / 1e6:15.3f}", f"{1e3 * pred.time(net):9.2f}"] if pred else ["-".rjust(15),
-                                                                                                 "-".rjust(9)]
+        pred = (form(w) if k == 1 else costmodel.two_level(w, k, form)[1]) if form else None
+        cells = [f"{k * pred.bytes_received / 1e6:15.3f}", f"{1e3 * costmodel.node_time(pred, k, net):9.2f}"] \
+            if pred else ["-".rjust(15), "-".rjust(9)]
         if name in exact:
             cells += [f"{exact[name] / 1e6:9.3f}", f"{1e3 * exact[name] / net.bandwidth:9.2f}"]
         print(f"{name:>18} " + " ".join(cells))

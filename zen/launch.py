@@ -76,6 +76,13 @@ def calm_gloo_event_loop() -> int:
     return calmed
 
 
+def calm_gloo(backend: str) -> None:
+    """`calm_gloo_event_loop` on gloo unless ZEN_GLOO_BATCH=0. Every process group has event loops of its own,
+    started under the default policy, so a rank that makes groups later (two-level sync) calls it again."""
+    if backend == "gloo" and os.environ.get("ZEN_GLOO_BATCH", "1") != "0":
+        calm_gloo_event_loop()
+
+
 def gloo_loop_policy() -> str:
     """"batch" or "default": the scheduling policy of this process's gloo event loop; "-" without one."""
     threads = _gloo_loop_threads()
@@ -245,8 +252,7 @@ def worker_main(argv: list[str] | None = None) -> None:
     module, func = args.target.split(":")
     fn = getattr(importlib.import_module(module), func)
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.pg_timeout))
-    if args.backend == "gloo" and os.environ.get("ZEN_GLOO_BATCH", "1") != "0":
-        calm_gloo_event_loop()
+    calm_gloo(args.backend)
     try:
         result = fn(**kwargs)
         tmp = Path(args.out + ".tmp")

@@ -1,16 +1,20 @@
-"""An emulated bandwidth-limited cluster on one machine: one network namespace per rank.
+"""An emulated bandwidth-limited cluster on one machine: one network namespace per node, of one rank or of
+`ranks_per_node` consecutive ranks.
 
 Why: on one machine gloo talks over loopback, where communication is CPU-bound (~6-10 Gbit/s bus
-bandwidth) and far from the links the paper's cost model (section 5) is about. Here every rank gets
+bandwidth) and far from the links the paper's cost model (section 5) is about. Here every node gets
 its own NIC with a set rate, so a scheme's bytes turn into the time they would take on a real link.
 
 How (the recipe of ../shared/spec/environment.md):
 - a "switch" namespace holds a Linux bridge `br0` (STP off, bridge netfilter hooks off);
-- each node namespace has `eth0`, one end of a veth pair whose other end `v<rank>` is a bridge port,
-  with MTU 65535 (the veth maximum: fewer packets, less CPU per byte); address 10.213.0.<rank+1>/24,
+- each node namespace has `eth0`, one end of a veth pair whose other end `v<node>` is a bridge port,
+  with MTU 65535 (the veth maximum: fewer packets, less CPU per byte); address 10.213.0.<node+1>/24,
   a subnet that exists only inside these namespaces (no route leads anywhere else);
-- both directions of each link are shaped: egress of the node's `eth0` (rank -> switch) and egress of
-  its bridge port `v<rank>` (switch -> rank), each with `htb rate R ceil R burst B` (B = 0.5 ms of
+- the ranks of one node share its namespace: what they send each other goes over its loopback (the
+  kernel routes a packet to the node's own address through `lo`), the node's fast local link, unshaped;
+  only the node's uplink is shaped, and all its ranks share it;
+- both directions of each link are shaped: egress of the node's `eth0` (node -> switch) and egress of
+  its bridge port `v<node>` (switch -> node), each with `htb rate R ceil R burst B` (B = 0.5 ms of
   traffic, at least 128 KiB) over a deep `bfifo` of 16 MiB. There is no latency emulation (netem
   delay is not in this kernel): latency belongs in the cost model.
 - A namespace lives as long as a process inside it: each is held by a `sleep` started with
@@ -91,24 +95,29 @@ def ring_allreduce_seconds(nbytes: float, world_size: int, rate_bps: float) -> f
 
 @dataclass
 class ClusterSpec:
-    """What `zen.launch.spawn` needs to run rank i in node i: `spawn(..., **spec.spawn_kwargs())`."""
+    """What `zen.launch.spawn` needs to run rank r in node r // ranks_per_node: `spawn(..., **spec.spawn_kwargs())`."""
 
-    world_size: int
+    world_size: int  # ranks
     rate_bps: float
     mtu: int
     userns: bool  # True when the namespaces live in an unprivileged user namespace
     nodes: list[subprocess.Popen] = field(default_factory=list)  # holders of node 0..n-1's namespaces
     switch: subprocess.Popen | None = None  # holder of the switch's namespace (and the user namespace)
+    ranks_per_node: int = 1
 
-    def address(self, rank: int) -> str:
-        return f"{SUBNET}.{rank + 1}"
+    @property
+    def num_nodes(self) -> int:
+        return self.world_size // self.ranks_per_node
+
+    def address(self, node: int) -> str:
+        return f"{SUBNET}.{node + 1}"
 
     @property
     def master_addr(self) -> str:
         return self.address(0)
 
     def wrap(self, rank: int) -> list[str]:
-        return _enter(self.nodes[rank].pid, self.userns, net=True)
+        return _enter(self.nodes[rank // self.ranks_per_node].pid, self.userns, net=True)
 
     def env(self, rank: int) -> dict[str, str]:
         return {"GLOO_SOCKET_IFNAME": "eth0"}  # else gloo binds 127.0.0.1 and peers get "refused"
@@ -116,11 +125,11 @@ class ClusterSpec:
     def spawn_kwargs(self) -> dict[str, Any]:
         return {"wrap": self.wrap, "env": self.env, "master_addr": self.master_addr}
 
-    def link_bytes(self, rank: int) -> tuple[int, int]:
-        """Bytes the shaper passed (rank -> switch, switch -> rank) so far: proof traffic was shaped."""
-        up = _run(self.wrap(rank), ["tc", "-s", "class", "show", "dev", "eth0"])
+    def link_bytes(self, node: int) -> tuple[int, int]:
+        """Bytes the shaper passed (node -> switch, switch -> node) so far: proof traffic was shaped."""
+        up = _run(self.wrap(node * self.ranks_per_node), ["tc", "-s", "class", "show", "dev", "eth0"])
         switch = _enter(self.switch.pid, self.userns, net=True)
-        down = _run(switch, ["tc", "-s", "class", "show", "dev", f"v{rank}"])
+        down = _run(switch, ["tc", "-s", "class", "show", "dev", f"v{node}"])
         return _sent_bytes(up), _sent_bytes(down)
 
     def netns_ids(self) -> set[str]:
@@ -132,29 +141,32 @@ class ClusterSpec:
 
 
 @contextlib.contextmanager
-def emulated_cluster(world_size: int, rate: str | float, mtu: int = MAX_MTU,
-                     userns: bool | None = None) -> Iterator[ClusterSpec]:
-    """Build `world_size` nodes with links shaped to `rate` in both directions; always tear them down.
+def emulated_cluster(world_size: int, rate: str | float, mtu: int = MAX_MTU, userns: bool | None = None,
+                     ranks_per_node: int = 1) -> Iterator[ClusterSpec]:
+    """Build world_size / ranks_per_node nodes with links shaped to `rate` in both directions (a node's
+    ranks share its namespace and link); always tear them down.
 
     `userns`: None tries root first, then an unprivileged user namespace; True/False forces one.
     """
-    if not 1 <= world_size <= 250:
-        raise ValueError(f"world_size must be in 1..250, got {world_size}")
+    if ranks_per_node < 1 or world_size % ranks_per_node:
+        raise ValueError(f"ranks_per_node must be >= 1 and divide world_size {world_size}, got {ranks_per_node}")
+    if not 1 <= world_size // ranks_per_node <= 250:
+        raise ValueError(f"the number of nodes must be in 1..250, got {world_size // ranks_per_node}")
     if not 68 <= mtu <= MAX_MTU:
         raise ValueError(f"mtu must be in 68..{MAX_MTU} (the veth maximum), got {mtu}")
     rate_bps = parse_rate(rate)
     missing = [t for t in _TOOLS if shutil.which(t) is None]
     if missing:
         raise NetemError(f"emulated cluster needs {', '.join(missing)} on PATH (iproute2, util-linux)")
-    spec = ClusterSpec(world_size, rate_bps, mtu, userns=False)
+    spec = ClusterSpec(world_size, rate_bps, mtu, userns=False, ranks_per_node=ranks_per_node)
     guard = _SigtermGuard()
     try:
         _start_switch(spec, userns)
-        for _ in range(world_size):
+        for _ in range(spec.num_nodes):
             spec.nodes.append(_hold(_enter(spec.switch.pid, spec.userns, net=False)))
         _build(spec)
-        log.info("emulated cluster: %d nodes at %.3g bit/s%s", world_size, rate_bps,
-                 " (user namespace)" if spec.userns else "")
+        log.info("emulated cluster: %d nodes of %d ranks at %.3g bit/s%s", spec.num_nodes, ranks_per_node,
+                 rate_bps, " (user namespace)" if spec.userns else "")
         yield spec
     finally:
         guard.deferring = True
@@ -217,20 +229,20 @@ def _shape(dev: str, rate_bps: float, mtu: int) -> str:
 
 def _build(spec: ClusterSpec) -> None:
     sw = _enter(spec.switch.pid, spec.userns, net=True)
-    links = "".join(f"link add v{r} mtu {spec.mtu} type veth peer name eth0 mtu {spec.mtu} netns {p.pid}\n"
-                    f"link set v{r} master br0\nlink set v{r} up\n" for r, p in enumerate(spec.nodes))
+    links = "".join(f"link add v{n} mtu {spec.mtu} type veth peer name eth0 mtu {spec.mtu} netns {p.pid}\n"
+                    f"link set v{n} master br0\nlink set v{n} up\n" for n, p in enumerate(spec.nodes))
     _run(sw, ["ip", "-batch", "-"], f"link add br0 type bridge stp_state 0\n{links}link set br0 up\n")
-    _run(sw, ["tc", "-batch", "-"], "".join(_shape(f"v{r}", spec.rate_bps, spec.mtu)
-                                           for r in range(spec.world_size)))
+    _run(sw, ["tc", "-batch", "-"], "".join(_shape(f"v{n}", spec.rate_bps, spec.mtu)
+                                           for n in range(spec.num_nodes)))
     try:  # bridged frames must not traverse iptables (empty here anyway, but costs CPU per packet)
         _run(sw, ["sh", "-c", "for f in /proc/sys/net/bridge/bridge-nf-call-*; do "
                               "[ ! -e $f ] || echo 0 > $f || exit 1; done"])
     except NetemError as e:
         log.warning("could not turn bridge netfilter off in the switch namespace: %s", e)
-    for rank in range(spec.world_size):
-        node = spec.wrap(rank)
+    for n in range(spec.num_nodes):
+        node = spec.wrap(n * spec.ranks_per_node)
         _run(node, ["ip", "-batch", "-"],
-             f"link set lo up\naddr add {spec.address(rank)}/24 dev eth0\nlink set eth0 up\n")
+             f"link set lo up\naddr add {spec.address(n)}/24 dev eth0\nlink set eth0 up\n")
         _run(node, ["tc", "-batch", "-"], _shape("eth0", spec.rate_bps, spec.mtu))
 
 

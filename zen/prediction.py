@@ -7,13 +7,15 @@ wire layout from the tensors a simulation will use, so tests can hold measured b
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from zen.comm.base import COUNT_BYTES, FIXED_SLOTS, HEAD_BYTES
 from zen.grad import to_local_grad
-from zen.registry import make_scheme
+from zen.registry import Scheme, make_scheme
+from zen.twolevel import INTER, INTRA, nodes_of, shard_bounds
 from zen.types import PhaseBytes, WireLayout
 
 FIXED_BYTES = 8 * FIXED_SLOTS  # one rank's part of a fixed all-gather (zen.comm.base)
@@ -52,9 +54,12 @@ def layout_and_sets(tensors: list[torch.Tensor], seed: int = 0) -> tuple[WireLay
     return layout, [gr.rows()[0] for gr in grads]
 
 
-def predict(scheme: str, sets: list[torch.Tensor], layout: WireLayout, **options: Any) -> list[PhaseBytes]:
-    """Bytes each rank receives per phase in one steady-state call (after any warm-up)."""
-    per_rank = make_scheme(scheme, **options).predict(sets, layout)
+def predict(scheme: str, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int = 1,
+            **options: Any) -> list[PhaseBytes]:
+    """Bytes each rank receives per phase in one steady-state call (after any warm-up); `ranks_per_node` > 1:
+    of two-level sync (`two_level`)."""
+    made = make_scheme(scheme, **options)
+    per_rank = two_level(made, sets, layout, ranks_per_node) if ranks_per_node > 1 else made.predict(sets, layout)
     meta = validation_meta(layout.world_size)
     for phases in per_rank:
         if meta:
@@ -64,3 +69,43 @@ def predict(scheme: str, sets: list[torch.Tensor], layout: WireLayout, **options
 
 def totals(per_rank: list[PhaseBytes]) -> list[int]:
     return [sum(p.values()) for p in per_rank]
+
+
+def two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int
+              ) -> list[PhaseBytes]:
+    """Per rank, per phase, the bytes of zen.twolevel (input check aside). Inside the node, dense: the
+    reduce-scatter brings k - 1 copies of the rank's shard, the all-gather the other shards, (k-1)/k of
+    the tensor each when k divides it. Across nodes: `scheme.predict` on each shard, over the nodes' sets
+    there, the union of their ranks' sets (exact unless values cancel to zero within a node)."""
+    k, P = ranks_per_node, layout.world_size
+    nodes = nodes_of(P, k)
+    bounds = shard_bounds(layout.rows, k)
+    row_bytes = layout.width * layout.value_bytes
+    got: list[PhaseBytes] = [{} for _ in range(P)]
+    for j, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        node_sets = [torch.unique(torch.cat([s[(s >= lo) & (s < hi)] - lo for s in sets[n * k : (n + 1) * k]]))
+                     for n in range(nodes)]
+        shard = replace(layout, world_size=nodes, rows=hi - lo, index_bytes=4 if hi - lo < 2**31 else 8)
+        across = scheme.predict(node_sets, shard) if hi > lo else [{} for _ in range(nodes)]
+        for n in range(nodes):
+            phases = got[n * k + j]
+            phases.update({INTER + p: v for p, v in across[n].items()})
+            phases.update({INTRA + "reduce_scatter": (k - 1) * (hi - lo) * row_bytes,
+                           INTRA + "all_gather": (layout.rows - (hi - lo)) * row_bytes,
+                           INTRA + "meta": count_meta(k, 1) + gather_v_meta(k, 1)})
+    return got
+
+
+def link_class(phase: str) -> str:
+    """"intra" (a node's local link), "inter" (its uplink) or "world" (all ranks: the input check)."""
+    for prefix in (INTRA, INTER):
+        if phase.startswith(prefix):
+            return prefix.rstrip(":")
+    return "world"
+
+
+def uplink_bytes(per_rank: list[PhaseBytes], ranks_per_node: int) -> list[int]:
+    """Per node of `ranks_per_node` consecutive ranks, what its uplink carries of the ranks' per-phase bytes:
+    all but the node's own ("intra") phases (for k = 1 simply each rank's total)."""
+    outside = [sum(v for p, v in phases.items() if link_class(p) != "intra") for phases in per_rank]
+    return [sum(outside[n : n + ranks_per_node]) for n in range(0, len(outside), ranks_per_node)]

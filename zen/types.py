@@ -32,6 +32,11 @@ class Traffic:
         self.received[phase] += int(received)
         self.calls[phase] += 1
 
+    def under(self, prefix: str) -> Traffic:
+        """A view of this record that files every phase under `prefix` (e.g. "intra:"): a communicator of a
+        sub-group counts into the call's record, its link class readable in the phase names."""
+        return _Prefixed(self, prefix)
+
     @property
     def bytes_sent(self) -> int:
         return sum(self.sent.values())
@@ -39,6 +44,17 @@ class Traffic:
     @property
     def bytes_received(self) -> int:
         return sum(self.received.values())
+
+
+class _Prefixed(Traffic):
+    """`Traffic.under`: shares the target's counters, adds the prefix to each phase."""
+
+    def __init__(self, target: Traffic, prefix: str):
+        super().__init__(target.sent, target.received, target.calls)
+        self.prefix = prefix
+
+    def add(self, phase: str, sent: int, received: int) -> None:
+        super().add(self.prefix + phase, sent, received)
 
 
 @dataclass

@@ -34,6 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim-bandwidth-gbps", type=float, default=25.0, help="sim only: link rate for times")
     p.add_argument("--in-place", action="store_true",
                    help="output into the input buffer, as DDP's buckets are (refilled before each untimed barrier)")
+    p.add_argument("--ranks-per-node", type=positive_int, default=1,
+                   help="nodes of this many consecutive ranks (one namespace each with --bandwidth), synced "
+                        "two-level: dense inside a node, the scheme across nodes")
+    p.add_argument("--flat", action="store_true",
+                   help="with --ranks-per-node (gloo, nccl): keep the nodes but sync flat over all ranks")
     p.add_argument("--pull", default=None, help=f"pull encoding for zen schemes ({', '.join(encodings())})")
     p.add_argument("--json", default=None, help="write one JSON object per row to this file")
     p.add_argument("--markdown", default=None, help="write the table as markdown to this file")
@@ -56,6 +61,11 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     if args.compress is not None and args.compress not in sparsifiers():
         raise UsageError(f"--compress {args.compress}: choose a sparsifier ({', '.join(sparsifiers())}); a "
                          f"quantizer brings its own exchange, no scheme to compare")
+    if args.world_size % args.ranks_per_node:
+        raise UsageError(f"--ranks-per-node {args.ranks_per_node} must divide --world-size {args.world_size} "
+                         f"(equal nodes)")
+    if args.flat and (args.ranks_per_node == 1 or args.backend == "sim"):
+        raise UsageError("--flat keeps nodes of --ranks-per-node > 1 ranks on a real backend (gloo, nccl)")
     options = {}
     if args.pull:
         options = {n: {"pull": args.pull} for n in names if n in ("zen", "zen-bp")}
@@ -64,7 +74,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         density=args.density, pattern=args.pattern, dtype=args.dtype, repeats=args.repeats,
         warmup=args.warmup, seed=args.seed, bandwidth=args.bandwidth,
         sim_bandwidth_gbps=args.sim_bandwidth_gbps, in_place=args.in_place, options=options,
-        compress=args.compress,
+        compress=args.compress, ranks_per_node=args.ranks_per_node, flat=args.flat,
     )
 
 

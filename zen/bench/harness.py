@@ -5,6 +5,9 @@ wall time of P threads on 2 cores means nothing), `gloo` / `nccl` (real ranks sp
 optionally inside the emulated cluster; time = per-iteration max over ranks, barrier before each).
 Every timed call is dense-in, dense-out with extraction included, into a reused output buffer or, with
 `in_place`, into the input itself (as DDP's buckets are; the input is refilled before the untimed barrier).
+`ranks_per_node` > 1 makes nodes of that many consecutive ranks (one network namespace each in the emulated
+cluster) and syncs two-level (zen.twolevel), or flat over all ranks with `flat`. A node's uplink carries
+what all its ranks exchange outside the "intra:" phases, so modelled times are per node, not per rank.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from zen.api import simulate, sync
 from zen.bench.patterns import compressed_gradient, make_gradient
 from zen.bench.reference import matches_reference, reference_sum
 from zen.comm.sim import SimComm, SimGroup
+from zen.prediction import link_class, uplink_bytes
 from zen.registry import make_scheme
+from zen.twolevel import dist_node_comms, nodes_of, sim_node_comms
 from zen.types import SyncStats
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -45,6 +50,12 @@ class BenchConfig:
     in_place: bool = False  # out = the input buffer (DDP's case): sparse schemes skip a write of the whole output
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # scheme -> options
     compress: str | None = None  # inputs: what this compressor of `density` chooses (zen.bench.patterns)
+    ranks_per_node: int = 1  # consecutive ranks per node (namespace)
+    flat: bool = False  # with ranks_per_node > 1: sync over all ranks at once, not two-level
+
+    @property
+    def two_level(self) -> bool:
+        return self.ranks_per_node > 1 and not self.flat
 
 
 @dataclass
@@ -100,11 +111,11 @@ def run_sim(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
     records = {}
     for name in cfg.schemes:
         res = simulate(name, grads, warmup=max(1, cfg.warmup), seed=cfg.seed, outs=outs,
-                       **cfg.options.get(name, {}))
+                       ranks_per_node=cfg.ranks_per_node if cfg.two_level else 1, **cfg.options.get(name, {}))
         ok = all(matches_reference(o, total, magnitude, cfg.world_size) for o in res.outputs)
         same = all(torch.equal(o, res.outputs[0]) for o in res.outputs)
         bw = cfg.sim_bandwidth_gbps * 1e9 / 8
-        t = max(res.bytes_received) / bw
+        t = max(uplink_bytes([s.traffic.received for s in res.stats], cfg.ranks_per_node)) / bw
         records[name] = [RankRecord(s, [t], 0.0, ok and same) for s in res.stats]
     return records
 
@@ -117,6 +128,10 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     from zen.comm.dist import DistComm
 
     comm = DistComm()
+    nodes = None
+    if cfg.two_level:
+        nodes = dist_node_comms(cfg.ranks_per_node)
+        launch.calm_gloo(dist.get_backend())  # the sub-groups' event loops too, as the launcher did the world's
     rank = comm.rank
     grad = inputs(cfg, rank).to(comm.device)
     out = torch.empty_like(grad)
@@ -135,7 +150,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
             if comm.device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            _, stats = sync(scheme, source, comm, out)
+            _, stats = sync(scheme, source, comm, out, nodes=nodes)
             if comm.device.type == "cuda":
                 torch.cuda.synchronize()
             if i >= cfg.warmup:
@@ -168,17 +183,19 @@ def sim_compute_seconds(cfg: BenchConfig, name: str, repeats: int = 3) -> float:
     grads = all_inputs(cfg)
     outs = [torch.empty_like(g) for g in grads]
     group = SimGroup(cfg.world_size, seed=cfg.seed)
+    node_comms = sim_node_comms(group, cfg.ranks_per_node) if cfg.two_level else None
     instances = [make_scheme(name, **cfg.options.get(name, {})) for _ in range(cfg.world_size)]
     times: list[float] = []
 
     def rank_main(r: int) -> None:
         comm = SimComm(group, r)
+        nodes = node_comms(r, comm.device) if node_comms else None
         for i in range(1 + repeats):
             if cfg.in_place:
                 outs[r].copy_(grads[r])
             group.barrier.wait()
             start = time.perf_counter()
-            sync(instances[r], outs[r] if cfg.in_place else grads[r], comm, outs[r])
+            sync(instances[r], outs[r] if cfg.in_place else grads[r], comm, outs[r], nodes=nodes)
             group.barrier.wait()
             if r == 0 and i:
                 times.append(time.perf_counter() - start)
@@ -188,14 +205,19 @@ def sim_compute_seconds(cfg: BenchConfig, name: str, repeats: int = 3) -> float:
 
 
 def predicted_seconds(cfg: BenchConfig, name: str, recs: list[RankRecord]) -> float:
-    """Cost model for a shaped run: simulated local work + alpha-beta time of the exact traffic."""
+    """Cost model for a shaped run: simulated local work + alpha-beta time of the exact traffic on the node
+    uplinks (a node's ranks share one; its "intra:" phases stay on the node, their copies are local work).
+    A flat run on nodes of several ranks counts what two ranks of one node exchange on the uplink too: an
+    upper bound."""
     from zen.netem import parse_rate
 
     net = costmodel.Network(alpha=statistics.median(r.alpha_s for r in recs),
                             bandwidth=parse_rate(cfg.bandwidth) / 8)
-    phases = sorted({p for r in recs for p in r.stats.traffic.calls})
-    sent = {p: [r.stats.traffic.sent.get(p, 0) for r in recs] for p in phases}
-    received = {p: [r.stats.traffic.received.get(p, 0) for r in recs] for p in phases}
+    k = cfg.ranks_per_node
+    nodes = [recs[n : n + k] for n in range(0, len(recs), k)]
+    phases = sorted({p for r in recs for p in r.stats.traffic.calls if link_class(p) != "intra"})
+    sent = {p: [sum(r.stats.traffic.sent.get(p, 0) for r in node) for node in nodes] for p in phases}
+    received = {p: [sum(r.stats.traffic.received.get(p, 0) for r in node) for node in nodes] for p in phases}
     calls = {p: max(r.stats.traffic.calls.get(p, 0) for r in recs) for p in phases}
     return sim_compute_seconds(cfg, name) + costmodel.traffic_time(sent, received, calls, net)
 
@@ -208,7 +230,7 @@ def run_dist(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
     if cfg.bandwidth:
         from zen.netem import emulated_cluster
 
-        with emulated_cluster(cfg.world_size, cfg.bandwidth) as cluster:
+        with emulated_cluster(cfg.world_size, cfg.bandwidth, ranks_per_node=cfg.ranks_per_node) as cluster:
             per_rank = spawn(target, cfg.world_size, kwargs, backend=backend, **cluster.spawn_kwargs())
     else:
         per_rank = spawn(target, cfg.world_size, kwargs, backend=backend)
@@ -246,7 +268,9 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
             "scheme": name, "backend": cfg.backend, "world_size": cfg.world_size, "numel": cfg.numel,
             "density": cfg.density, "pattern": cfg.pattern if cfg.compress is None else f"{cfg.compress}-chosen",
             "dtype": cfg.dtype, "bandwidth": cfg.bandwidth,
-            "in_place": cfg.in_place, "gloo_loop": recs[0].gloo_loop,
+            "in_place": cfg.in_place, "gloo_loop": recs[0].gloo_loop, "ranks_per_node": cfg.ranks_per_node,
+            "sync": "two-level" if cfg.two_level else "flat",
+            "uplink_received_max": max(uplink_bytes([r.stats.traffic.received for r in recs], cfg.ranks_per_node)),
             "union_density": udens, "nnz_max": max(r.stats.nnz for r in recs),
             "bytes_sent_max": max(r.stats.traffic.bytes_sent for r in recs),
             "bytes_received_max": max(recv), "bytes_received_mean": statistics.fmean(recv),
@@ -275,6 +299,9 @@ def run_bench(cfg: BenchConfig) -> list[dict[str, Any]]:
         raise ValueError(f"unknown backend {cfg.backend!r}; choose sim, gloo or nccl")
     if cfg.in_place and cfg.backend == "sim":
         raise ValueError("in_place needs a real backend: sim times are bytes / bandwidth, the same either way")
+    nodes_of(cfg.world_size, cfg.ranks_per_node)
+    if cfg.flat and cfg.backend == "sim":
+        raise ValueError("flat on nodes needs a real backend: the sim backend has no node layout to keep")
     nnz = round(cfg.numel * cfg.density)
     if cfg.world_size < 1 or cfg.numel < 1 or not 0 <= cfg.density <= 1 or nnz > cfg.numel:
         raise ValueError("need world_size >= 1, numel >= 1 and density in [0, 1]")

@@ -32,6 +32,7 @@ def header(rows: list[dict[str, Any]]) -> str:
     return (f"# backend={r['backend']} world_size={r['world_size']} numel={r['numel']} density={r['density']} "
             f"pattern={r['pattern']} dtype={r['dtype']} bandwidth={r['bandwidth'] or '-'} "
             f"in_place={'yes' if r.get('in_place') else 'no'} time={r['time_source']}"
+            + (f" ranks_per_node={r['ranks_per_node']} sync={r['sync']}" if r.get("ranks_per_node", 1) > 1 else "")
             + (f" gloo_loop={r['gloo_loop']}" if r.get("gloo_loop", "-") != "-" else ""))
 
 

@@ -31,6 +31,19 @@ class SimGroup:
         self.slots: list[Any] = [None] * world_size
         self._mail: dict[tuple[int, int], queue.Queue] = {}
         self._lock = threading.Lock()
+        self._subgroups: list[SimGroup] = []
+
+    def subgroup(self, size: int) -> SimGroup:
+        """A group of `size` of these ranks (a node, or one local rank of every node; the caller maps ranks):
+        made before `run`, aborted with this group, so a failing rank frees the waiters of every sub-group."""
+        child = SimGroup(size, self.timeout_s, self.seed)
+        self._subgroups.append(child)
+        return child
+
+    def abort(self) -> None:
+        self.barrier.abort()
+        for child in self._subgroups:
+            child.abort()
 
     def mailbox(self, src: int, dst: int) -> queue.Queue:
         with self._lock:
@@ -46,7 +59,7 @@ class SimGroup:
                 results[rank] = fn(rank)
             except BaseException as exc:  # noqa: BLE001 - forwarded to the caller below
                 errors.append((rank, exc))
-                self.barrier.abort()
+                self.abort()
 
         threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.world_size)]
         for t in threads:

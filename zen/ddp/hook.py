@@ -22,9 +22,9 @@ with the real classes and rejects strings.
 
 import datetime
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -37,9 +37,11 @@ from zen.compress import Compressor, PartContext, make_compressor
 from zen.ddp.router import BucketRouter, Part, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
 from zen.registry import Scheme, make_scheme, scheme_config
+from zen.twolevel import NodeComms, dist_node_comms, nodes_of
 from zen.types import SyncStats, ZenCommError, ZenInputError
 from zen.validate import check_parts
 
+T = TypeVar("T")
 DENSE = "allreduce"  # every part that is not embedding rows
 NONFINITE = ("pass", "raise")
 
@@ -72,11 +74,13 @@ class StepRecord:
 
 @dataclass
 class Lane:
-    """One communication lane: its communicator (process group), thread and scheme instances."""
+    """One communication lane: its communicator (process group), thread and scheme instances, and with
+    `ranks_per_node` > 1 its node and inter-node sub-groups."""
 
     comm: DistComm
     worker: CommWorker
     schemes: dict[str, Scheme]
+    nodes: NodeComms | None = None
 
 
 @dataclass
@@ -95,7 +99,10 @@ class ZenHookState:
     backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign") of `density`
     (and `compress_options`) for every dense part, and with `compress_rows` for the embedding rows too
     (else those keep their natural sparsity); the result is the mean of what the ranks' compressors chose,
-    exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`)."""
+    exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`). `ranks_per_node` > 1
+    (it must divide the world size; the default group only): the embedding rows take the two-level path
+    (zen.twolevel: dense inside each node of that many consecutive ranks, `scheme` across nodes); dense parts,
+    compressed parts and COO gradients stay flat over all ranks."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
@@ -112,6 +119,7 @@ class ZenHookState:
     density: float = 0.05
     compress_options: dict[str, Any] = field(default_factory=dict)
     compress_rows: bool = False
+    ranks_per_node: int = 1
     iteration: int = 0
     last_step: StepRecord = field(default_factory=StepRecord)
     _step: StepRecord = field(default_factory=StepRecord, repr=False)
@@ -130,6 +138,7 @@ class ZenHookState:
             timeout_seconds(self.timeout_s)
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
+        self._check_ranks_per_node()
         self._make_schemes()  # unknown names and bad options fail here, not inside backward
         if self.compress is not None:
             self._compressor = make_compressor(self.compress, self.density, **self.compress_options)
@@ -140,13 +149,24 @@ class ZenHookState:
         state.update(group=None, _lanes=[], _fault=Fault(), sparse_params=None, _keys=set())
         return state
 
+    def _check_ranks_per_node(self) -> None:
+        """ZenInputError (alike on every rank) for a ranks_per_node the world cannot be cut into."""
+        if self.ranks_per_node < 1:
+            raise ZenInputError(f"ranks_per_node must be >= 1 (1: flat), got {self.ranks_per_node}")
+        if self.ranks_per_node > 1 and self.group is not None:
+            raise ZenInputError("zen: ranks_per_node > 1 needs the default group (group=None): its node groups "
+                                "are made of all ranks")
+        if dist.is_available() and dist.is_initialized():  # else checked when the lanes are made
+            nodes_of(dist.get_world_size(), self.ranks_per_node)
+
     @property
     def call_code(self) -> int:
         """What every rank's hook must agree on, as the code its calls carry (zen.comm.base)."""
         squeeze = self._compressor.config if self._compressor is not None else None
+        two_level = f"|ranks_per_node={self.ranks_per_node}" if self.ranks_per_node > 1 else ""
         return code_of(f"hook|{scheme_config(self.scheme, self.options)}|validate={self.validate}|"
                        f"check_every={self.check_every}|nonfinite={self.nonfinite}|average={self.average}|"
-                       f"compress={squeeze}|rows={self.compress_rows}")
+                       f"compress={squeeze}|rows={self.compress_rows}" + two_level)
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
@@ -157,21 +177,43 @@ class ZenHookState:
 
     def lane(self, bucket_index: int) -> Lane:
         """The lane of a bucket; all lanes are made at the first call, on every rank at the same point (the
-        first bucket), each with a process group of its own over `group`'s ranks."""
+        first bucket), each with a process group of its own over `group`'s ranks (and, two-level, sub-groups
+        of its own, made once every rank is known to want the same ones)."""
         if not self._lanes:
-            self._lanes = [self._new_lane(k) for k in range(1 if self.group is not None else self.lanes)]
+            timeout = datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
+            groups = [self._created(lambda: self.group if self.group is not None else dist.new_group(timeout=timeout))
+                      for _ in range(1 if self.group is not None else self.lanes)]
+            comms = [DistComm(group, timeout_s=self.timeout_s) for group in groups]
+            self._agree_ranks_per_node(comms[0])
+            self._lanes = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
         return self._lanes[bucket_index % len(self._lanes)]
 
-    def _new_lane(self, k: int) -> Lane:
-        timeout = datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
+    def _created(self, make: Callable[[], T]) -> T:
+        """`make()` (process groups): a peer that never reaches its first bucket is a ZenCommError."""
         try:
-            group = self.group if self.group is not None else dist.new_group(timeout=timeout)
-        except Exception as exc:  # a peer that never reaches its first bucket
+            return make()
+        except Exception as exc:
             raise ZenCommError(f"zen: the hook's process group could not be created (a peer missing or late "
-                               f"by more than {timeout.total_seconds():.0f}s): {exc}") from exc
-        comm = DistComm(group, timeout_s=self.timeout_s)
+                               f"by more than {timeout_seconds(self.timeout_s):.0f}s): {exc}") from exc
+
+    def _agree_ranks_per_node(self, comm: DistComm) -> None:
+        """Two-level: every rank must make the same sub-groups, so they compare ranks_per_node first (a rank
+        with 1 meets this gather with its first bucket's call instead: misaligned calls, a ZenCommError)."""
+        if self.ranks_per_node == 1:
+            return
+        nodes_of(comm.world_size, self.ranks_per_node)
+        mine = torch.tensor([self.ranks_per_node], dtype=torch.int64, device=comm.device)
+        seen = comm.all_gather_fixed(mine).view(-1).tolist()
+        if len(set(seen)) > 1:
+            raise ZenInputError(f"zen: rank {comm.rank}: ranks_per_node differs across ranks ({seen})")
+
+    def _new_lane(self, k: int, comm: DistComm) -> Lane:
+        nodes = None
+        if self.ranks_per_node > 1:
+            nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s))
         setup = (lambda: torch.cuda.set_device(comm.device)) if comm.device.type == "cuda" else None
-        return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_schemes())
+        return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_schemes(),
+                    nodes)
 
     def squeezes(self, part: Part) -> bool:
         """Whether the compressor takes this part: dense parts, and embedding rows with `compress_rows` (or
@@ -229,8 +271,10 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
     """One bucket: its parts compressed (where `ctxs` says), one input check for all of them (if due), the
     dense parts' all-reduces issued, the sparse parts synchronized; `done` completes when the all-reduces
     have too."""
-    comm = lane.comm
+    comm, nodes = lane.comm, lane.nodes
     comm.begin_call(code, sizes_agreed=True)
+    if nodes is not None:
+        nodes.begin_call(code, sizes_agreed=True)
     divisor = comm.world_size if state.average else 1
     scheme = lane.schemes[state.scheme]
     squeezer = state._compressor
@@ -241,6 +285,7 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
                for p, c, o in zip(parts, ctxs, own, strict=True)]
     names = [state.scheme if t else DENSE for t in through]
     grads = [prepare(lane.schemes[n], p.tensor, rows=t and not p.coo and c is None,
+                     extract=nodes is None or p.coo or c is not None,
                      compressor=squeezer if c is not None else None, ctx=c)
              for p, n, t, c in zip(parts, names, through, ctxs, strict=True)]
     start = time.perf_counter()
@@ -261,7 +306,7 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
             step.spans.append((start, time.perf_counter()))
         elif scheme_path:
             out, _ = run(scheme, part.tensor, grad, comm, None if part.coo else part.tensor, divisor,
-                         sparse_result=part.coo, stats=stats)
+                         sparse_result=part.coo, stats=stats, nodes=None if part.coo or ctx is not None else nodes)
             step.spans.append((start, time.perf_counter()))
             result = out if part.coo else result
         else:

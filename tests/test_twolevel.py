@@ -1,0 +1,274 @@
+"""Two-level sync (zen/twolevel.py): lossless and identical on every rank, simulated and on real gloo ranks,
+its bytes per link class equal to the prediction, the DDP hook's two-level path trains like DDP's
+allreduce, a world the nodes do not divide is refused on every rank, and on the emulated cluster a node's
+ranks share one namespace whose uplink carries only the inter-node traffic."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+
+import zen
+from zen.bench.reference import matches_reference, reference_sum
+from zen.cli import main
+from zen.grad import to_local_grad
+from zen.launch import spawn
+from zen.prediction import link_class, predict, uplink_bytes
+from zen.types import WireLayout
+
+from .cases import CASES, M, _dense
+
+LAYOUTS = [(4, 2), (6, 2), (6, 3), (4, 4)]  # (world size, ranks per node): 2x2, 3x2, 2x3, one node of 4
+SEED = 77
+
+
+def zero_shard_case(rank: int, P: int, dtype: torch.dtype) -> torch.Tensor:
+    """Non-zeros only in the first quarter of the rows: every later shard is all zero on every rank."""
+    return _dense(torch.arange(rank % 3, M // 4, 5), rank, dtype)
+
+
+def one_full_case(rank: int, P: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rank 1 is dense everywhere, the others sparse."""
+    return CASES["full" if rank == 1 else "random"](rank, P, dtype)
+
+
+def tiny_case(rank: int, P: int, dtype: torch.dtype) -> torch.Tensor:
+    """Three rows: fewer than four ranks per node leaves a shard empty."""
+    return _dense(torch.tensor([0, 2]) if rank % 2 else torch.tensor([1]), rank, dtype, numel=3)
+
+
+TWO_LEVEL_CASES = {**{c: CASES[c] for c in ("random", "empty_ranks", "all_empty", "identical", "disjoint", "matrix")},
+                   "zero_shard": zero_shard_case, "one_full": one_full_case, "tiny": tiny_case}
+
+
+def _layout_and_sets(tensors: list[torch.Tensor], rows: bool) -> tuple[WireLayout, list[torch.Tensor]]:
+    grads = [to_local_grad(t, rows) for t in tensors]
+    g = grads[0]
+    layout = WireLayout(len(tensors), g.num_rows, g.row_width, g.dtype.itemsize, g.index_dtype().itemsize, SEED)
+    return layout, [gr.rows()[0] for gr in grads]
+
+
+def _expected(scheme: str, tensors: list[torch.Tensor], rows: bool, k: int) -> list[dict[str, int]]:
+    layout, sets = _layout_and_sets(tensors, rows)
+    return [{p: v for p, v in phases.items() if v} for phases in predict(scheme, sets, layout, ranks_per_node=k)]
+
+
+@pytest.mark.parametrize(("P", "k"), LAYOUTS)
+@pytest.mark.parametrize("scheme", zen.schemes())
+def test_lossless_and_bytes_as_predicted_sim(scheme: str, P: int, k: int) -> None:
+    for case, make in TWO_LEVEL_CASES.items():
+        rows = case == "matrix"
+        tensors = [make(r, P, torch.float32) for r in range(P)]
+        total, magnitude = reference_sum(tensors)
+        res = zen.simulate(scheme, tensors, warmup=2, seed=SEED, ranks_per_node=k, rows=rows)
+        for r, out in enumerate(res.outputs):
+            assert matches_reference(out, total, magnitude, P), f"{case}: wrong sum on rank {r}"
+            assert torch.equal(out, res.outputs[0]), f"{case}: rank {r} differs from rank 0"
+        for r, want in enumerate(_expected(scheme, tensors, rows, k)):
+            assert {p: v[r] for p, v in res.phases.items() if v[r]} == want, f"{case} rank {r}"
+            assert all(link_class(p) in ("intra", "inter", "world") for p in want)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_in_place_mean_and_dtypes_sim(dtype: torch.dtype) -> None:
+    """In place (DDP's buckets) with a divisor equals out of place divided, bit for bit, for every rank."""
+    P, k = 6, 2
+    tensors = [one_full_case(r, P, dtype) for r in range(P)]
+    total, magnitude = reference_sum(tensors)
+    apart = zen.simulate("zen", tensors, ranks_per_node=k)
+    assert all(matches_reference(o, total, magnitude, P) for o in apart.outputs)
+    inputs = [t.clone() for t in tensors]
+    mean = zen.simulate("zen", inputs, outs=inputs, divisor=P, ranks_per_node=k)
+    for o, m, t in zip(apart.outputs, mean.outputs, inputs, strict=True):
+        assert m.data_ptr() == t.data_ptr() and torch.equal(m, o / P)
+
+
+def test_two_level_moves_fewer_uplink_bytes_when_node_ranks_overlap() -> None:
+    """Why two-level: identical rows on a node's ranks cross its uplink once, not once per rank."""
+    P, k = 8, 2
+    tensors = [CASES["identical"](r, P, torch.float32) for r in range(P)]
+    flat = zen.simulate("zen-bp", tensors, warmup=1, seed=SEED)
+    two = zen.simulate("zen-bp", tensors, warmup=1, seed=SEED, ranks_per_node=k)
+    def busiest_uplink(res: Any) -> int:
+        return max(uplink_bytes([s.traffic.received for s in res.stats], k))
+
+    assert busiest_uplink(two) < busiest_uplink(flat)
+
+
+def test_bad_layouts_and_inputs_are_refused() -> None:
+    ones = [torch.ones(10) for _ in range(3)]
+    for k in (0, 2):
+        with pytest.raises(zen.ZenInputError, match="ranks_per_node"):
+            zen.simulate("zen", ones, ranks_per_node=k)
+    coo = torch.ones(4).to_sparse()
+    with pytest.raises(zen.ZenInputError, match="dense"):
+        zen.simulate("zen", [coo, coo], ranks_per_node=2)
+    with pytest.raises(zen.ZenInputError, match="dense"):
+        zen.simulate("zen", [torch.ones(4), torch.ones(4)], ranks_per_node=2, sparse_result=True)
+    with pytest.raises(zen.ZenInputError, match="ranks_per_node"):
+        zen.ZenHookState(ranks_per_node=0)
+
+
+def test_closed_form_follows_the_exact_prediction() -> None:
+    """costmodel.two_level: the dense intra bytes exactly, the inner scheme on the node shards closely."""
+    from zen import costmodel
+    from zen.bench.patterns import index_set
+
+    n, k, rows = 8, 2, 1 << 16
+    sets = [index_set("random", rows, 0.01, r, n, seed=3) for r in range(n)]
+    exact = predict("zen-bp", sets, WireLayout(n, rows, seed=3), ranks_per_node=k)
+    gamma_n = torch.unique(torch.cat(sets)).numel() / (sum(s.numel() for s in sets) / n)
+    w = costmodel.Workload(n=n, rows=rows, density=0.01, gamma=costmodel.gamma_from_union(n, gamma_n))
+    intra, inter = costmodel.two_level(w, k, costmodel.bp)
+    assert intra == exact[0]["intra:reduce_scatter"] + exact[0]["intra:all_gather"] == 2 * (k - 1) / k * rows * 4
+    across = [phases["inter:push"] + phases["inter:pull"] for phases in exact]
+    assert inter.bytes_received == pytest.approx(sum(across) / n, rel=0.05)
+    nodes = n // k
+    assert costmodel.two_level(w, k, costmodel.allreduce)[1].bytes_received == 2 * (nodes - 1) / nodes * rows / k * 4
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["model", "-n", "6", "--ranks-per-node", "4", "--gamma-n", "2"], "must divide"),
+    (["bench", "-n", "6", "--ranks-per-node", "4"], "must divide"),
+    (["bench", "-n", "4", "--ranks-per-node", "0"], "ranks-per-node"),
+    (["bench", "-n", "4", "--ranks-per-node", "2", "--flat"], "--flat"),
+    (["bench", "--backend", "gloo", "-n", "4", "--flat"], "--flat"),
+])
+def test_cli_bad_ranks_per_node_is_one_line_and_exit_2(argv: list[str], says: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and says in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_bench_sim_two_level_row() -> None:
+    from zen.bench.harness import BenchConfig, run_bench
+
+    rows = run_bench(BenchConfig(world_size=4, ranks_per_node=2, schemes=["allreduce", "zen"], numel=4000,
+                                 repeats=1, warmup=1))
+    assert all(r["correct"] and r["sync"] == "two-level" and r["ranks_per_node"] == 2 for r in rows)
+    assert any(p.startswith("intra:") for p in rows[1]["phases_received_max"])
+    assert rows[1]["uplink_received_max"] < rows[1]["bytes_received_max"]
+
+
+# ---- real gloo ranks -------------------------------------------------------------------------------------
+BYTE_SCHEMES = ["agsparse", "allreduce", "zen-hc", "sparcml"]  # bytes independent of a per-group hash seed
+
+
+def real_ranks(k: int, schemes: list[str], bad_k: int) -> dict[str, Any]:
+    """Rank body: per case and scheme, whether zen.allreduce(..., ranks_per_node=k) is right and a digest
+    of it; the received bytes per phase of one steady-state sync; what a bad ranks_per_node raised."""
+    import torch.distributed as dist
+
+    from zen.api import sync
+    from zen.comm.dist import DistComm
+    from zen.registry import make_scheme
+    from zen.twolevel import dist_node_comms
+
+    rank, P = dist.get_rank(), dist.get_world_size()
+    comm, nodes = DistComm(), dist_node_comms(k)
+    report: dict[str, Any] = {}
+    for case, make in TWO_LEVEL_CASES.items():
+        tensors = [make(r, P, torch.float32) for r in range(P)]
+        total, magnitude = reference_sum(tensors)
+        rows = case == "matrix"
+        for scheme in schemes:
+            for _ in range(3):  # zen measures on two calls, times HC on the third, then keeps its choice
+                out = zen.allreduce(tensors[rank], scheme, rows=rows, ranks_per_node=k)
+            digest = out.double().flatten().mul(torch.arange(out.numel()) % 89 + 1).sum().item()
+            report[f"{scheme}/{case}"] = (matches_reference(out, total, magnitude, P), digest)
+        for scheme in BYTE_SCHEMES:
+            instance = make_scheme(scheme)
+            for _ in range(2):  # the first call agrees on the seed
+                _, stats = sync(instance, tensors[rank], comm, rows=rows, nodes=nodes)
+            report[f"bytes/{scheme}/{case}"] = {p: v for p, v in stats.traffic.received.items() if v}
+    report["bad_hook"] = _error_of(lambda: zen.ZenHookState(ranks_per_node=bad_k))
+    report["bad_allreduce"] = _error_of(lambda: zen.allreduce(torch.ones(5), ranks_per_node=bad_k))
+    return report
+
+
+def _error_of(fn: Any) -> str:
+    try:
+        fn()
+    except zen.ZenInputError as exc:
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.parametrize(("P", "k", "bad_k"), [(4, 2, 3), (6, 2, 4)], ids=["2x2", "3x2"])
+def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int) -> None:
+    schemes = ["zen", "zen-bp", "agsparse", "allreduce"]
+    reports = spawn("tests.test_twolevel:real_ranks", P, {"k": k, "schemes": schemes, "bad_k": bad_k},
+                    timeout_s=600)
+    for case, make in TWO_LEVEL_CASES.items():
+        tensors = [make(r, P, torch.float32) for r in range(P)]
+        for scheme in schemes:
+            key = f"{scheme}/{case}"
+            assert all(rep[key][0] for rep in reports), f"{key}: wrong sum"
+            assert len({rep[key][1] for rep in reports}) == 1, f"{key}: ranks differ"
+        for scheme in BYTE_SCHEMES:
+            want = _expected(scheme, tensors, case == "matrix", k)
+            for r, rep in enumerate(reports):
+                assert rep[f"bytes/{scheme}/{case}"] == want[r], f"{scheme}/{case} rank {r}"
+    for rep in reports:
+        assert "ranks_per_node" in rep["bad_hook"] and "ranks_per_node" in rep["bad_allreduce"]
+
+
+def test_ddp_hook_two_level_trains_like_allreduce() -> None:
+    """Embedding rows two-level (dense tables), COO gradients flat beside it: DDP's losses and parameters."""
+    two = {"ranks_per_node": 2}
+    cases = [{"scheme": "ddp"}, {"scheme": "zen", "hook": two}, {"scheme": "agsparse", "hook": two},
+             {"scheme": "zen", "sparse": True, "hook": two}, {"scheme": "zen", "hook": {**two, "asynchronous": False}}]
+    per_rank = spawn("tests.ddp_cases:variants", 4, {"cases": cases}, timeout_s=600)
+    reference = per_rank[0][0]
+    for i, case in enumerate(cases):
+        assert len({ranks[i]["checksum"] for ranks in per_rank}) == 1, f"{case}: parameters differ across ranks"
+        got = per_rank[0][i]
+        assert got["checksum"] == pytest.approx(reference["checksum"], rel=1e-5), case
+        assert got["losses"] == pytest.approx(reference["losses"], rel=1e-5, abs=1e-5), case
+    two_level = [any(p.startswith("intra:") for p in ranks[0]["phases"]) for ranks in zip(*per_rank, strict=True)]
+    assert two_level == [False, True, True, False, True]  # DDP itself, and COO gradients flat
+
+
+# ---- emulated cluster ------------------------------------------------------------------------------------
+def node_ranks(k: int) -> dict[str, Any]:
+    """Rank body: this rank's network namespace and a two-level zen sync of a 4 MB gradient (1% dense)."""
+    import torch.distributed as dist
+
+    from zen.api import sync
+    from zen.bench.patterns import make_gradient
+    from zen.comm.dist import DistComm
+    from zen.registry import make_scheme
+    from zen.twolevel import dist_node_comms
+
+    rank, P = dist.get_rank(), dist.get_world_size()
+    tensors = [make_gradient("random", 1 << 20, 0.01, r, P, seed=1) for r in range(P)]
+    out, stats = sync(make_scheme("zen"), tensors[rank], DistComm(), nodes=dist_node_comms(k))
+    total, magnitude = reference_sum(tensors)
+    return {"netns": os.readlink("/proc/self/ns/net"), "ok": matches_reference(out, total, magnitude, P),
+            "sent": dict(stats.traffic.sent)}
+
+
+def test_emulated_cluster_puts_a_node_in_one_namespace() -> None:
+    from zen.netem import NetemError, emulated_cluster
+
+    k = 2
+    try:
+        with emulated_cluster(4, "1gbit", ranks_per_node=k) as spec:
+            got = spawn("tests.test_twolevel:node_ranks", 4, {"k": k}, timeout_s=300, **spec.spawn_kwargs())
+            uplinks = [spec.link_bytes(n) for n in range(spec.num_nodes)]
+    except NetemError as exc:
+        pytest.skip(f"no emulated cluster here: {exc}")
+    assert all(g["ok"] for g in got)
+    assert got[0]["netns"] == got[1]["netns"] != got[2]["netns"] == got[3]["netns"]
+    for n, (up, _) in enumerate(uplinks):  # the node-local dense phases never reach the shaper
+        ranks = got[n * k : (n + 1) * k]
+        intra = sum(v for g in ranks for p, v in g["sent"].items() if link_class(p) == "intra")
+        inter = sum(v for g in ranks for p, v in g["sent"].items() if link_class(p) == "inter")
+        assert inter <= up < intra / 4, (n, up, inter, intra)

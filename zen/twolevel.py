@@ -1,0 +1,155 @@
+"""Two-level synchronization for nodes of several ranks (paper section 5, step 2): a dense reduce-scatter
+inside each node (its fast local link: NVLink, or loopback in the emulated cluster), the chosen scheme across
+nodes on each shard, then an all-gather inside the node.
+
+Why: the slow link is the node's. Flat, each of a node's k ranks syncs its own gradient over it; two-level,
+the node's sum crosses it once, split in k shards, and that sum is only as dense as the union of the k ranks'
+rows (gamma^k d_G, at most k d_G), so the scheme's sparse traffic shrinks wherever the ranks' rows overlap.
+
+Layout: ranks n*k .. n*k + k - 1 form node n (k = ranks per node, as torchrun numbers them); local rank j of
+every node forms the inter-node group that syncs shard j, the j-th of k contiguous blocks of rows
+(`shard_bounds`: sizes differ by at most one row; fewer rows than k leaves the last shards empty, and an
+empty shard skips the inter-node step on every node alike). The k inter-node groups run side by side.
+Lossless: a node's shard sum (its ranks' parts added in local-rank order) is summed across nodes by the
+scheme, bit-identical on the group's ranks, and the all-gather copies those bits, so every rank holds the
+same sum.
+
+Bytes land in the call's SyncStats under phase names that say the link class: "intra:" (reduce_scatter,
+all_gather and their meta) and "inter:" (the scheme's own phases: push, pull, ...); the input check runs
+over all ranks (plain "meta"). `zen.prediction.predict(..., ranks_per_node=k)` predicts them exactly.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from zen.comm.base import Communicator, ring_chunk
+from zen.comm.dist import DistComm, timeout_seconds
+from zen.comm.sim import SimComm, SimGroup
+from zen.grad import LocalGrad, to_local_grad
+from zen.output import DenseOutput, make_output
+from zen.registry import Scheme
+from zen.types import SyncStats, ZenInputError
+
+INTRA = "intra:"  # phases on a node's local link
+INTER = "inter:"  # phases on the node's uplink
+
+
+def nodes_of(world_size: int, ranks_per_node: int) -> int:
+    """The number of nodes; ZenInputError unless `ranks_per_node` >= 1 divides the world size."""
+    if ranks_per_node < 1 or world_size % ranks_per_node:
+        raise ZenInputError(f"zen: ranks_per_node must be >= 1 and divide the world size {world_size} "
+                            f"(equal nodes), got {ranks_per_node}")
+    return world_size // ranks_per_node
+
+
+def node_groups(world_size: int, ranks_per_node: int) -> list[list[int]]:
+    """The ranks of every node, then those of every local rank across the nodes: the sub-groups, in the
+    order every rank creates them."""
+    k = ranks_per_node
+    nodes = nodes_of(world_size, k)
+    return [list(range(n * k, (n + 1) * k)) for n in range(nodes)] + [list(range(j, world_size, k)) for j in range(k)]
+
+
+def shard_bounds(rows: int, shards: int) -> list[int]:
+    """Row offsets of `shards` contiguous shards, cut as the ring all-reduce cuts its chunks (the first
+    rows % shards shards one row longer): no shard is more than one row longer than another."""
+    bounds = [0]
+    for j in range(shards):
+        bounds.append(bounds[-1] + ring_chunk(rows, shards, j))
+    return bounds
+
+
+def refuse_sparse(tensor: torch.Tensor, sparse_result: bool) -> None:
+    """Two-level sync reduce-scatters dense shards: a COO gradient or result has none."""
+    if tensor.layout != torch.strided or sparse_result:
+        raise ZenInputError("zen: two-level sync (ranks_per_node > 1) takes dense tensors and gives a dense "
+                            "result; sync a sparse COO gradient flat")
+
+
+@dataclass
+class NodeComms:
+    """One rank's two sub-group communicators: `intra` over its node (its rank there: the local rank) and
+    `inter` over the same local rank of every node (its rank there: the node)."""
+
+    intra: Communicator
+    inter: Communicator
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.intra.world_size
+
+    def begin_call(self, code: int, sizes_agreed: bool = False) -> None:
+        """Both sub-groups start the call the world communicator starts (`Communicator.begin_call`)."""
+        self.intra.begin_call(code, sizes_agreed)
+        self.inter.begin_call(code, sizes_agreed)
+
+
+def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None) -> NodeComms:
+    """Sub-groups of torch.distributed's default group. `new_group` must be called by every rank for every
+    group, so each rank creates all nodes' and all local ranks' groups in one order and keeps its two."""
+    rank = dist.get_rank()
+    timeout = datetime.timedelta(seconds=timeout_seconds(timeout_s))
+    mine = []
+    for ranks in node_groups(dist.get_world_size(), ranks_per_node):
+        group = dist.new_group(ranks, timeout=timeout)
+        if rank in ranks:
+            mine.append(group)
+    intra, inter = mine
+    return NodeComms(DistComm(intra, timeout_s), DistComm(inter, timeout_s))
+
+
+def sim_node_comms(group: SimGroup, ranks_per_node: int) -> Callable[[int, torch.device], NodeComms]:
+    """Sub-groups of a simulated group, made before its `run`; returns (rank, device) -> that rank's pair."""
+    k = ranks_per_node
+    subs = [group.subgroup(len(ranks)) for ranks in node_groups(group.world_size, k)]
+    nodes = group.world_size // k
+
+    def comms(rank: int, device: torch.device) -> NodeComms:
+        return NodeComms(SimComm(subs[rank // k], rank % k, device), SimComm(subs[nodes + rank % k], rank // k, device))
+
+    return comms
+
+
+def two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutput, stats: SyncStats) -> None:
+    """The sum over every rank of `grad` (dense rows) into `out.buffer`, divided by `out.divisor`: reduce-
+    scatter in the node, `scheme` across nodes on this rank's shard (divided there, 1/k of the work), then
+    all-gather in the node."""
+    intra, inter = comms.intra, comms.inter
+    intra.traffic, inter.traffic = stats.traffic.under(INTRA), stats.traffic.under(INTER)
+    assert grad.dense is not None
+    bounds = shard_bounds(grad.num_rows, intra.world_size)
+    shard = reduce_scatter(grad.dense, bounds, intra)
+    if shard.shape[0]:  # the same on every node: shard sizes depend only on the (checked) shape
+        shard = _sync_shard(scheme, shard, inter, out.divisor, stats)
+    gathered = intra.all_gather_v((shard,), phase="all_gather")
+    for j, (values,) in enumerate(gathered):
+        out.buffer[bounds[j] : bounds[j + 1]].copy_(values)
+    out.divided = True
+
+
+def reduce_scatter(dense: torch.Tensor, bounds: list[int], intra: Communicator) -> torch.Tensor:
+    """This rank's shard summed over its node: shard j of every rank goes to local rank j (one
+    all_to_all_v), which adds the k parts in local-rank order."""
+    parts = intra.all_to_all_v([(dense[lo:hi],) for lo, hi in zip(bounds, bounds[1:], strict=False)],
+                               phase="reduce_scatter")
+    total = parts[0][0].clone()
+    for (part,) in parts[1:]:
+        total += part
+    return total
+
+
+def _sync_shard(scheme: Scheme, shard: torch.Tensor, inter: Communicator, divisor: int,
+                stats: SyncStats) -> torch.Tensor:
+    """The node sums of one shard summed across nodes by `scheme`, in place in `shard` (rows: the shard's)."""
+    grad = to_local_grad(shard, rows=True)
+    if getattr(scheme, "sparse_input", True):
+        grad.rows()
+    out = make_output(shard, grad, shard, divisor)
+    scheme(grad, inter, out, stats)
+    return out.finish()
