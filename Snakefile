@@ -37,6 +37,7 @@ localrules:
     aggregate_microbench,
     aggregate_kernels,
     aggregate_training,
+    aggregate_compressed,
     log_bench_wandb,
     plot_figure,
     write_report,

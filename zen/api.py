@@ -190,7 +190,7 @@ def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGrou
     nodes = _node_comms(comm, group, ranks_per_node, timeout_s)
     return _sync(lambda: _cached_scheme(scheme, comm, options, ranks_per_node),
                  f"{scheme_config(scheme, options)}|tag={tag}", tensor, comm, out, validate, 1, rows, sparse_result,
-                 True, nodes)[0]
+                 True, nodes=nodes)[0]
 
 
 @dataclass

@@ -111,9 +111,16 @@ def kernel_outputs():
     return expand(RESULTS + "/kernels/sweep_{sweep}.json", sweep=config["kernels"]["sweeps"])
 
 
-def train_outputs():
-    """One JSON per (workload, world size) cell of the grid, holding every scheme's run."""
-    return [RESULTS + f"/train/{w}/n{n}.json" for w, sizes in config["train"]["grid"].items() for n in sizes]
+def train_outputs(section="train"):
+    """One JSON per (workload, world size) cell of config[section]'s grid, holding every scheme's run."""
+    return [RESULTS + f"/{section}/{w}/n{n}.json" for w, sizes in config[section]["grid"].items() for n in sizes]
+
+
+def compress_flags():
+    """zen train's compressor flags from config['train_compressed']."""
+    c = config["train_compressed"]
+    options = " ".join(f"--compress-option {k}={v}" for k, v in sorted(c.get("options", {}).items()))
+    return f"--compress {c['compress']} --density {c['density']} {options}".strip()
 
 
 def nodes_for(wildcards):

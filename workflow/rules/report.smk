@@ -15,6 +15,8 @@ FIGURE_INPUTS = {
     "fig16_hashing": [AGG + "/kernels.csv"],
     "fig17_pull": [AGG + "/pull.csv"],
     "fig18_loss": [AGG + "/training_steps.csv"],
+    "fig13_compressed": [AGG + "/training_compressed.csv"],
+    "fig13_compressed_loss": [AGG + "/training_compressed_steps.csv"],
 }
 
 
@@ -47,6 +49,8 @@ rule write_report:
         kernels=AGG + "/kernels.csv",
         training=AGG + "/training.csv",
         steps=AGG + "/training_steps.csv",
+        compressed=AGG + "/training_compressed.csv",
+        compressed_steps=AGG + "/training_compressed_steps.csv",
         build=BUILD_STAMP,
         wandb=RESULTS + "/wandb/bench_runs.json",
         scripts=[SCRIPTS + "/report.py", SCRIPTS + "/claims.py", SCRIPTS + "/common.py"],

@@ -1,4 +1,5 @@
-"""End-to-end data-parallel training (`zen train`) per workload x scheme x world size: Fig 11, 15, 18."""
+"""End-to-end data-parallel training (`zen train`) per workload x scheme x world size: Fig 11, 15, 18; and with
+a compressor on the sparse schemes (DGC top-5%): the paper's LLM runs, Figs 13/14."""
 
 
 rule train_workload:
@@ -42,5 +43,49 @@ rule aggregate_training:
         LOGS + "/aggregate_training.log",
     benchmark:
         BENCHMARKS + "/aggregate_training.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py train --out {output.runs} --steps-out {output.steps} {input} > {log} 2>&1"
+
+
+rule train_compressed:
+    """Figs 13/14: one launch per (workload, world size) with `train_compressed.compress` on the sparse schemes'
+    dense parts, next to uncompressed allreduce and PyTorch's PowerSGD / fp16 hooks. Timed: alone."""
+    input:
+        BUILD_STAMP,
+    output:
+        RESULTS + "/train_compressed/{workload}/n{world_size}.json",
+    log:
+        LOGS + "/train_compressed/{workload}/n{world_size}.log",
+    benchmark:
+        BENCHMARKS + "/train_compressed/{workload}/n{world_size}.tsv"
+    threads: workflow.cores  # timed: alone on the machine
+    resources:
+        nodes=nodes_for,
+    params:
+        launch=train_launch,
+        schemes=csv_list(config["train_compressed"]["schemes"]),
+        preset=config["train_compressed"]["preset"],
+        steps=config["train_compressed"]["steps"],
+        warmup=config["train_compressed"]["warmup"],
+        compress=compress_flags(),
+        seed=config["seed"],
+        backend=config["backend"],
+        wandb=wandb_flags(),
+    shell:
+        "{params.launch} --workload {wildcards.workload} --preset {params.preset} --scheme {params.schemes}"
+        " --steps {params.steps} --warmup {params.warmup} {params.compress} --seed {params.seed}"
+        " --backend {params.backend} {params.wandb} --out {output} > {log} 2>&1"
+
+
+rule aggregate_compressed:
+    input:
+        train_outputs("train_compressed"),
+    output:
+        runs=AGG + "/training_compressed.csv",
+        steps=AGG + "/training_compressed_steps.csv",
+    log:
+        LOGS + "/aggregate_compressed.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_compressed.tsv"
     shell:
         "{PY} {SCRIPTS}/aggregate.py train --out {output.runs} --steps-out {output.steps} {input} > {log} 2>&1"

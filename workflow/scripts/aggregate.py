@@ -95,7 +95,8 @@ def train_frames(paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     for p in paths:
         report = json.loads(Path(p).read_text())
         cfg = report["config"]
-        key = {"workload": cfg["workload"], "preset": cfg["preset"], "world_size": cfg["world_size"]}
+        key = {"workload": cfg["workload"], "preset": cfg["preset"], "world_size": cfg["world_size"],
+               "compress": cfg.get("compress"), "density": cfg.get("density") if cfg.get("compress") else None}
         for run in report["runs"]:
             s = run["summary"]
             runs.append({**key, "scheme": run["scheme"], "backend": cfg.get("backend"), "device": cfg.get("device"),
@@ -103,7 +104,8 @@ def train_frames(paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
                          "warmup": cfg["warmup"], **_times(s),
                          "bytes_received_per_step": s.get("bytes_received_per_step"),
                          "embedding_bytes_received_per_step": s.get("embedding_bytes_received_per_step"),
-                         "final_loss": s["final_loss"], "zen_choice": s.get("zen_choice"), "source": p})
+                         "final_loss": s["final_loss"], "zen_choice": s.get("zen_choice"),
+                         "final_residual_norm": s.get("final_residual_norm"), "source": p})
             for i, (loss, it) in enumerate(zip(run["steps"]["loss"], run["steps"]["iter_s"], strict=True)):
                 steps.append({**key, "scheme": run["scheme"], "step": i, "loss": loss, "iter_ms": 1e3 * it})
     order = ["workload", "world_size", "scheme"]

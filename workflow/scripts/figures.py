@@ -221,8 +221,19 @@ def fig8_scale(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
 
 def fig11_throughput(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     """Fig 11: training throughput vs #workers, one panel per workload."""
-    data = frames[0][["workload", "preset", "scheme", "world_size", "backend", "bandwidth", "samples_per_s",
-                      "samples_per_s_lo", "samples_per_s_hi", "iter_ms", "comm_ms"]]
+    return _throughput(frames[0])
+
+
+def fig13_compressed(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Figs 13/14: the same with a compressor (DGC) on the sparse schemes, next to dense AllReduce and
+    PyTorch's PowerSGD / fp16 hooks."""
+    return _throughput(frames[0])
+
+
+def _throughput(df: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
+    columns = ["workload", "preset", "scheme", "world_size", "backend", "bandwidth", "samples_per_s",
+               "samples_per_s_lo", "samples_per_s_hi", "iter_ms", "comm_ms", "compress", "density"]
+    data = df[[c for c in columns if c in df]]
     cells = list(data.groupby("workload", sort=True))
     fig, axes = _panels(len(cells))
     for ax, (workload, cell) in zip(axes, cells, strict=True):
@@ -230,10 +241,18 @@ def fig11_throughput(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFra
         _log2_ranks(ax, cell["world_size"])
         ax.set_xlabel("#workers (ranks)")
         ax.set_ylabel("throughput (samples/s)")
-        ax.set_title(f"{workload} ({cell['preset'].iloc[0]}), {cell['backend'].iloc[0]}, {cell['bandwidth'].iloc[0]}")
+        squeeze = _compressor(cell)
+        ax.set_title(f"{workload} ({cell['preset'].iloc[0]}), {cell['backend'].iloc[0]}, "
+                     f"{cell['bandwidth'].iloc[0]}{squeeze}")
         ax.grid(alpha=0.3)
     _legend(fig, axes)
     return fig, data
+
+
+def _compressor(cell: pd.DataFrame) -> str:
+    if "compress" not in cell or cell["compress"].isna().all():
+        return ""
+    return f", {cell['compress'].dropna().iloc[0]} {100 * float(cell['density'].dropna().iloc[0]):g}%"
 
 
 def fig15_comm_speedup(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
@@ -345,9 +364,18 @@ def fig17_pull(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
 
 def fig18_loss(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     """Fig 18: training loss per iteration, Zen vs AllReduce (lossless: the curves coincide)."""
-    df = frames[0]
+    return _loss_curves(frames[0], ["allreduce", "zen"])
+
+
+def fig13_compressed_loss(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Loss per iteration with the compressor, every scheme against uncompressed dense AllReduce (dashed)."""
+    return _loss_curves(frames[0], None)
+
+
+def _loss_curves(df: pd.DataFrame, schemes: list[str] | None) -> tuple[plt.Figure, pd.DataFrame]:
+    """Per workload, at the largest world size, the loss of `schemes` (None: all but `none`)."""
     df = df[df["world_size"] == df["world_size"].max()]
-    data = df[df["scheme"].isin(["allreduce", "zen"])]
+    data = df[df["scheme"].isin(schemes)] if schemes else df[df["scheme"] != "none"]
     if data.empty:
         data = df
     cells = list(data.groupby("workload", sort=True))
@@ -359,7 +387,7 @@ def fig18_loss(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
                     ls="--" if scheme == "allreduce" else "-", lw=2.2 if scheme == "allreduce" else 1.2)
         ax.set_xlabel("iteration")
         ax.set_ylabel("training loss")
-        ax.set_title(f"{workload}, {int(cell['world_size'].iloc[0])} workers")
+        ax.set_title(f"{workload}, {int(cell['world_size'].iloc[0])} workers{_compressor(cell)}")
         ax.grid(alpha=0.3)
     _legend(fig, axes)
     return fig, data
@@ -377,6 +405,8 @@ FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame
     "fig16_hashing": fig16_hashing,
     "fig17_pull": fig17_pull,
     "fig18_loss": fig18_loss,
+    "fig13_compressed": fig13_compressed,
+    "fig13_compressed_loss": fig13_compressed_loss,
 }
 
 
