@@ -40,7 +40,8 @@ def test_default_config_dry_run(tmp_path):
     jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml")
     for rule in ("build_kernels", "profile_sparsity", "simulate_scale", "convert_trace", "simulate_scale_trace",
                  "simulate_microbench", "measure_microbench",
-                 "simulate_pull_encoding", "bench_kernels", "train_workload", "plot_figure", "write_report"):
+                 "simulate_pull_encoding", "bench_kernels", "train_workload", "train_compressed", "plot_figure",
+                 "write_report"):
         assert jobs.get(rule, 0) >= 1, (rule, jobs)
     assert jobs["plot_figure"] == len(figures.FIGURES)
 
@@ -114,6 +115,37 @@ def test_train_aggregation(tmp_path):
     rows = claims.training_claims({"training": runs, "steps": steps})
     loss = next(r for r in rows if r["claim"].startswith("Fig 18"))
     assert loss["verdict"] == "match"
+
+
+def test_compressed_training_aggregation_claims_and_figures(tmp_path):
+    """The Figs 13/14 analogue: a DGC run's JSON becomes rows with the compressor, claims against the paper's
+    2.0x / 1.6x and the loss after DGC's warm-up, and both figures draw."""
+    speed = {"allreduce": 1.0, "omnireduce": 1.4, "zen": 2.2, "powersgd-4": 2.0}
+    report_json = {"config": {"workload": "gpt2", "preset": "scaled", "world_size": 4, "steps": 4, "warmup": 1,
+                              "backend": "gloo", "device": "cpu", "bandwidth": "1gbit", "compress": "dgc",
+                              "density": 0.05, "compress_options": {"warmup_steps": 2}},
+                   "runs": [{"scheme": s, "summary": {"samples_per_s": 100.0 * v, "samples_per_s_p25": 99.0 * v,
+                                                      "samples_per_s_p75": 101.0 * v, "iter_s_median": 0.1 / v,
+                                                      "iter_s_p25": 0.099 / v, "iter_s_p75": 0.101 / v,
+                                                      "comm_busy_s_median": None, "final_loss": 1.0,
+                                                      "final_residual_norm": 0.5 if s == "zen" else None},
+                             "steps": {"loss": [5.0, 3.0, 2.0, 1.0 + (0.01 if s == "zen" else 0.0)],
+                                       "iter_s": [0.1] * 4}}
+                            for s, v in speed.items()]}
+    path = tmp_path / "n4.json"
+    path.write_text(json.dumps(report_json))
+    runs, steps = aggregate.train_frames([str(path)])
+    assert set(runs["compress"]) == {"dgc"} and set(steps["compress_warmup"]) == {2}
+    rows = {r["claim"]: r for r in claims.compressed_claims({"compressed": runs, "compressed_steps": steps})}
+    assert rows["Fig 13/14: Zen with dgc 5% over allreduce"]["verdict"] == "match"  # 2.2x vs the paper's 2.0x
+    assert rows["Fig 13/14: Zen with dgc 5% over omnireduce"]["verdict"] == "match"
+    assert rows["Zen has the highest throughput with dgc 5% (gpt2)"]["verdict"] == "match"
+    loss = rows["Fig 13/14: zen loss next to dense training (gpt2)"]
+    assert loss["verdict"] == "match" and "from step 2" in loss["ours"]
+    for name, frame in (("fig13_compressed", runs), ("fig13_compressed_loss", steps)):
+        fig, data = figures.FIGURES[name]([frame])
+        assert not data.empty
+    assert claims.compressed_claims({})[0]["verdict"] == "n/a"
 
 
 @pytest.mark.parametrize("kind", ["microbench_sim", "microbench_real"])

@@ -96,7 +96,8 @@ def train_frames(paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
         report = json.loads(Path(p).read_text())
         cfg = report["config"]
         key = {"workload": cfg["workload"], "preset": cfg["preset"], "world_size": cfg["world_size"],
-               "compress": cfg.get("compress"), "density": cfg.get("density") if cfg.get("compress") else None}
+               "compress": cfg.get("compress"), "density": cfg.get("density") if cfg.get("compress") else None,
+               "compress_warmup": (cfg.get("compress_options") or {}).get("warmup_steps", 0)}
         for run in report["runs"]:
             s = run["summary"]
             runs.append({**key, "scheme": run["scheme"], "backend": cfg.get("backend"), "device": cfg.get("device"),

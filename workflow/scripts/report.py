@@ -23,7 +23,8 @@ from claims import markdown as claims_markdown
 from common import label, write_text
 
 AGGREGATES = {"bench": "microbench.csv", "pull": "pull.csv", "sparsity": "sparsity.csv", "scale": "scale.csv",
-              "kernels": "kernels.csv", "training": "training.csv", "steps": "training_steps.csv"}
+              "kernels": "kernels.csv", "training": "training.csv", "steps": "training_steps.csv",
+              "compressed": "training_compressed.csv", "compressed_steps": "training_compressed_steps.csv"}
 
 FIGURE_TEXT = {
     "table1_density": ("Table 1: embedding-gradient density",
@@ -63,6 +64,15 @@ FIGURE_TEXT = {
                    "(a) bytes a worker pulls, per encoding, over the dense tensor's bytes, vs the post-aggregation "
                    "density; (b) simulated speedup over AllReduce of range partitioning + COO (Sparse PS), "
                    "hashing + COO and hashing + hash bitmap (Zen BP) (zen bench --backend sim --pull)."),
+    "fig13_compressed": ("Figs 13/14 analogue: throughput with DGC vs #workers",
+                         "Samples per second with a compressor (DGC) on every dense part of the sparse schemes, "
+                         "next to uncompressed dense AllReduce and PyTorch's own PowerSGD and fp16 hooks, from "
+                         "the median step time; shaded: from the 25th-75th percentile step times; one launch per "
+                         "world size, steps interleaved (zen train --compress)."),
+    "fig13_compressed_loss": ("Loss curves with DGC, against dense training",
+                              "Training loss per iteration at the largest world size: every compressed scheme "
+                              "sums exactly what the compressors chose, so their curves coincide; dashed: "
+                              "uncompressed AllReduce (zen train --compress)."),
     "fig18_loss": ("Fig 18: loss curves, Zen vs AllReduce",
                    "Training loss per iteration at the largest world size; Zen is lossless, so the curves "
                    "coincide (zen train)."),
@@ -93,6 +103,10 @@ PAPER_NUMBERS = {
                   "(+34% on Llama); Fig 17a follows the encodings' sizes (COO 2d, hash bitmap 1/32 + d of the "
                   "dense bytes)",
     "fig18_loss": "Fig 18, identical curves for Zen and the baseline",
+    "fig13_compressed": "Figs 13/14 (LLMs with DGC top-5%, 25 Gbps), Zen's throughput is about 2.0-2.1x "
+                        "AllReduce's and 1.6-1.7x OmniReduce's",
+    "fig13_compressed_loss": "the DGC paper: no loss of accuracy after its warm-up; the Zen paper's Fig 18 "
+                             "shows identical curves",
 }
 
 
@@ -142,6 +156,13 @@ def figure_setting(stem: str, config: dict[str, Any], frames: dict[str, pd.DataF
                      "fig18_loss": f"; drawn at the grid's largest world size, {largest} ranks"}.get(stem, "")
             return (f"{grid} ranks, preset {t['preset']}, {t['steps']} steps ({t['warmup']} warm-up), "
                     f"{config.get('backend')} on {config.get('device', 'cpu')}, {links} links{where}")
+        if stem in ("fig13_compressed", "fig13_compressed_loss"):
+            t = config["train_compressed"]
+            grid = ", ".join(f"{w} x{'/'.join(map(str, ns))}" for w, ns in t["grid"].items())
+            options = ", ".join(f"{k}={v}" for k, v in sorted(t.get("options", {}).items()))
+            return (f"{grid} ranks, preset {t['preset']}, {t['compress']} at density {_pcts([t['density']])}"
+                    f"{f' ({options})' if options else ''}, {t['steps']} steps ({t['warmup']} warm-up), schemes "
+                    f"{_items(t['schemes'])}, {config.get('backend')}, {config.get('bandwidth') or 'loopback'} links")
         if stem == "fig16_hashing":
             k = config["kernels"]
             return (f"{k['numel']:,} elements at density {_pcts([k['density']])}, {k['servers']} servers, "
