@@ -162,11 +162,3 @@ def test_bench_and_model_take_compressed_inputs(compress: str, capsys) -> None:
     assert by["zen"]["bytes_received_max"] < by["allreduce"]["bytes_received_max"] / 3
     assert main(["model", "-n", "3", "--numel", "20000", "--density", "0.05", "--compress", compress]) == 0
     assert "zen" in capsys.readouterr().out
-
-
-def test_quantizers_are_refused_where_a_scheme_would_sync_them(capsys) -> None:
-    from zen.cli import main
-
-    assert main(["bench", "--compress", "sign"]) == 2
-    assert main(["model", "--compress", "sign"]) == 2
-    assert "sparsifier" in capsys.readouterr().err

@@ -52,6 +52,12 @@ def test_unsupported_dtype() -> None:
     (["bench", "--numel", "0"], "numel"), (["bench", "--repeats", "0"], "repeats"),
     (["bench", "--backend", "gloo", "--bandwidth", "0gbit"], "bandwidth"), (["bench", "--bandwidth", "1gbit"], "gloo"),
     (["scale", "--world-sizes", "1"], "world-sizes"),
+    (["model", "-n", "6", "--ranks-per-node", "4", "--gamma-n", "2"], "must divide"),
+    (["bench", "-n", "6", "--ranks-per-node", "4"], "must divide"),
+    (["bench", "-n", "4", "--ranks-per-node", "0"], "ranks-per-node"),
+    (["bench", "-n", "4", "--ranks-per-node", "2", "--flat"], "--flat"),
+    (["bench", "--backend", "gloo", "-n", "4", "--flat"], "--flat"),
+    (["bench", "--compress", "sign"], "sparsifier"), (["model", "--compress", "sign"], "sparsifier"),
 ])
 def test_cli_bad_values_are_one_line_and_exit_2(argv: list[str], says: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:

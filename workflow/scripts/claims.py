@@ -158,11 +158,8 @@ def training_claims(f: Frames) -> list[Claim]:
             r = ratio_range(cell, "samples_per_s", "zen", base)
             rows.append(_row(f"Fig 11: {name} throughput, Zen over {base}", f"{paper}x (16 machines, 25 Gbps)",
                              _fmt_range(r), setting, spread_verdict(r, paper), why))
-        best = _best_scheme(cell)
-        rows.append(_row(f"Zen has the highest throughput ({workload})", "-",
-                         f"best: {best}" if best else "-", setting,
-                         "match" if best == "zen" else ("short" if best else "n/a"),
-                         "the scheme with the highest median samples/s among all schemes of the run"))
+        rows.append(_best_row(cell, f"Zen has the highest throughput ({workload})", setting,
+                              "the scheme with the highest median samples/s among all schemes of the run"))
         r = ratio_range(cell, "comm_ms", "allreduce", "zen")
         paper = PAPER_FIG15.get(workload)
         rows.append(_row(f"Fig 15: {name} communication-time speedup of Zen over AllReduce",
@@ -179,6 +176,12 @@ def training_claims(f: Frames) -> list[Claim]:
                              "match" if diff < 1e-3 else "short",
                              "lossless: the sum differs from AllReduce's only in float summation order"))
     return rows
+
+
+def _best_row(cell: pd.DataFrame, claim: str, setting: str, why: str) -> Claim:
+    best = _best_scheme(cell)
+    return _row(claim, "-", f"best: {best}" if best else "-", setting,
+                "match" if best == "zen" else ("short" if best else "n/a"), why)
 
 
 def _best_scheme(cell: pd.DataFrame) -> str | None:
@@ -245,11 +248,8 @@ def compressed_claims(f: Frames) -> list[Claim]:
             rows.append(_row(f"Fig 13/14: Zen with {squeeze} over {base}", f"{paper}x (LLMs, 25 Gbps)",
                              _fmt_range(r), setting, spread_verdict(r, paper),
                              "a small GPT-2 on 2 CPU cores: compute and compression weigh more than on GPUs"))
-        best = _best_scheme(cell)
-        rows.append(_row(f"Zen has the highest throughput with {squeeze} ({workload})", "-",
-                         f"best: {best}" if best else "-", setting,
-                         "match" if best == "zen" else ("short" if best else "n/a"),
-                         "the highest median samples/s among all schemes of the run, PyTorch's hooks included"))
+        rows.append(_best_row(cell, f"Zen has the highest throughput with {squeeze} ({workload})", setting,
+                              "the highest median samples/s among all schemes of the run, PyTorch's hooks included"))
         r = ratio_range(cell, "samples_per_s", "zen", "powersgd-4")
         rows.append(_row("Zen with DGC next to PyTorch's PowerSGD (rank 4)", "- (not in the paper)",
                          _fmt_range(r), setting, "n/a", "a comparison a user would make; see the loss rows too"))
