@@ -358,9 +358,9 @@ def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: lis
                   *claims_markdown(claims), ""]
     if train is not None and not train.empty:
         lines += ["## Training presets: how communication-bound they are", "", *training_balance(train), ""]
-    lines += ["Not reproduced by this pipeline: Fig 12 (100 Gbps RDMA) needs that network; Fig 13/14 (LLMs with "
-              "DGC top-5%) need the LLM workloads and DGC; Fig 17a's tensor-block line is OmniReduce's measured pull.",
-              ""]
+    lines += ["Not reproduced by this pipeline: Fig 12 (100 Gbps RDMA) needs that network; Fig 13/14 run a small GPT-2 "
+              "(the `scaled` preset) with DGC top-5%, not the paper's 2-3B-parameter LLMs; Fig 17a's tensor-block line "
+              "is OmniReduce's measured pull.", ""]
     if bench is not None and not bench.empty:
         lines += ["## Headline numbers (microbenchmarks)", "", *bench_headlines(bench), ""]
     made_by = ("[How this was produced](#how-this-was-produced) says which command, code and machine made them "
