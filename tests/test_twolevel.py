@@ -50,23 +50,26 @@ def _layout_and_sets(tensors: list[torch.Tensor], rows: bool) -> tuple[WireLayou
     return layout, [gr.rows()[0] for gr in grads]
 
 
-def _expected(scheme: str, tensors: list[torch.Tensor], rows: bool, k: int) -> list[dict[str, int]]:
+def _expected(scheme: str, tensors: list[torch.Tensor], rows: bool, k: int, intra: str = "dense"
+              ) -> list[dict[str, int]]:
     layout, sets = _layout_and_sets(tensors, rows)
-    return [{p: v for p, v in phases.items() if v} for phases in predict(scheme, sets, layout, ranks_per_node=k)]
+    return [{p: v for p, v in phases.items() if v}
+            for phases in predict(scheme, sets, layout, ranks_per_node=k, intra=intra)]
 
 
+@pytest.mark.parametrize("intra", ["dense", "sparse"])
 @pytest.mark.parametrize(("P", "k"), LAYOUTS)
 @pytest.mark.parametrize("scheme", zen.schemes())
-def test_lossless_and_bytes_as_predicted_sim(scheme: str, P: int, k: int) -> None:
+def test_lossless_and_bytes_as_predicted_sim(scheme: str, P: int, k: int, intra: str) -> None:
     for case, make in TWO_LEVEL_CASES.items():
         rows = case == "matrix"
         tensors = [make(r, P, torch.float32) for r in range(P)]
         total, magnitude = reference_sum(tensors)
-        res = zen.simulate(scheme, tensors, warmup=2, seed=SEED, ranks_per_node=k, rows=rows)
+        res = zen.simulate(scheme, tensors, warmup=2, seed=SEED, ranks_per_node=k, rows=rows, intra=intra)
         for r, out in enumerate(res.outputs):
             assert matches_reference(out, total, magnitude, P), f"{case}: wrong sum on rank {r}"
             assert torch.equal(out, res.outputs[0]), f"{case}: rank {r} differs from rank 0"
-        for r, want in enumerate(_expected(scheme, tensors, rows, k)):
+        for r, want in enumerate(_expected(scheme, tensors, rows, k, intra)):
             assert {p: v[r] for p, v in res.phases.items() if v[r]} == want, f"{case} rank {r}"
             assert all(link_class(p) in ("intra", "inter", "world") for p in want)
 

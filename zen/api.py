@@ -58,7 +58,7 @@ def _sync(make: Callable[[], Scheme], config: str, tensor: torch.Tensor, comm: C
     if compressor is not None:
         config = f"{config}|compress={compressor.config}"
     code = code_of(f"{config}|validate={validate}|finite={check_finite}|rows={rows}|sparse={sparse_result}|"
-                   f"divisor={divisor}" + (f"|ranks_per_node={nodes.ranks_per_node}" if nodes else ""))
+                   f"divisor={divisor}" + (f"|ranks_per_node={nodes.ranks_per_node}|{nodes.mode}" if nodes else ""))
     comm.begin_call(code, sizes_agreed=validate)
     if nodes is not None:
         nodes.begin_call(code, sizes_agreed=validate)
@@ -206,18 +206,20 @@ class SimResult:
 def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, seed: int | None = None,
              validate: bool = True, timeout_s: float = 600.0, outs: Sequence[torch.Tensor] | None = None,
              divisor: int = 1, rows: bool = False, sparse_result: bool = False, ranks_per_node: int = 1,
+             intra: str = "dense",
              compress: str | None = None, density: float = 0.05, compress_options: dict[str, Any] | None = None,
              **options: Any) -> SimResult:
     """Run `scheme` on len(tensors) virtual ranks in this process, through the same code path as
     torch.distributed; bytes are counted exactly. `warmup` calls run first (e.g. so `zen` has made
     its BP/HC choice) and are not reported. `ranks_per_node` > 1: two-level sync over nodes of that many
-    consecutive ranks (sub-groups of the simulated group; phases "intra:..." and "inter:..."). `compress`
+    consecutive ranks (sub-groups of the simulated group; phases "intra:..." and "inter:..."; `intra`: the node
+    steps, "dense" as the paper's or "sparse" rows, zen.twolevel). `compress`
     (zen.compress) names a compressor of `density`, one per rank, that overwrites each rank's tensor with
     what it sends (every call: warm-up calls feed its residual)."""
     P = len(tensors)
     nodes_of(P, ranks_per_node)
     group = SimGroup(P, timeout_s=timeout_s, seed=seed)
-    node_comms = sim_node_comms(group, ranks_per_node) if ranks_per_node > 1 else None
+    node_comms = sim_node_comms(group, ranks_per_node, intra) if ranks_per_node > 1 else None
     instances = [make_scheme(scheme, **options) for _ in range(P)]
     squeezers = [make_compressor(compress, density, **(compress_options or {})) if compress else None
                  for _ in range(P)]

@@ -55,11 +55,12 @@ def layout_and_sets(tensors: list[torch.Tensor], seed: int = 0) -> tuple[WireLay
 
 
 def predict(scheme: str, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int = 1,
-            **options: Any) -> list[PhaseBytes]:
+            intra: str = "dense", **options: Any) -> list[PhaseBytes]:
     """Bytes each rank receives per phase in one steady-state call (after any warm-up); `ranks_per_node` > 1:
-    of two-level sync (`two_level`)."""
+    of two-level sync (`two_level`, its node steps `intra`)."""
     made = make_scheme(scheme, **options)
-    per_rank = two_level(made, sets, layout, ranks_per_node) if ranks_per_node > 1 else made.predict(sets, layout)
+    per_rank = two_level(made, sets, layout, ranks_per_node, intra) if ranks_per_node > 1 else \
+        made.predict(sets, layout)
     meta = validation_meta(layout.world_size)
     for phases in per_rank:
         if meta:
@@ -71,16 +72,17 @@ def totals(per_rank: list[PhaseBytes]) -> list[int]:
     return [sum(p.values()) for p in per_rank]
 
 
-def two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int
-              ) -> list[PhaseBytes]:
+def two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int,
+              intra: str = "dense") -> list[PhaseBytes]:
     """Per rank, per phase, the bytes of zen.twolevel (input check aside). Inside the node, dense: the
     reduce-scatter brings k - 1 copies of the rank's shard, the all-gather the other shards, (k-1)/k of
-    the tensor each when k divides it. Across nodes: `scheme.predict` on each shard, over the nodes' sets
-    there, the union of their ranks' sets (exact unless values cancel to zero within a node)."""
+    the tensor each when k divides it; sparse: the other ranks' non-zero rows of the rank's shard, and
+    every other shard's rows of the result (the union of all ranks' sets there), as COO rows. Across nodes:
+    `scheme.predict` on each shard, over the nodes' sets there, the union of their ranks' sets (exact unless
+    values cancel to zero)."""
     k, P = ranks_per_node, layout.world_size
     nodes = nodes_of(P, k)
     bounds = shard_bounds(layout.rows, k)
-    row_bytes = layout.width * layout.value_bytes
     got: list[PhaseBytes] = [{} for _ in range(P)]
     for j, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
         node_sets = [torch.unique(torch.cat([s[(s >= lo) & (s < hi)] - lo for s in sets[n * k : (n + 1) * k]]))
@@ -90,10 +92,31 @@ def two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, rank
         for n in range(nodes):
             phases = got[n * k + j]
             phases.update({INTER + p: v for p, v in across[n].items()})
-            phases.update({INTRA + "reduce_scatter": (k - 1) * (hi - lo) * row_bytes,
-                           INTRA + "all_gather": (layout.rows - (hi - lo)) * row_bytes,
-                           INTRA + "meta": count_meta(k, 1) + gather_v_meta(k, 1)})
+            phases.update(_intra_dense(layout, lo, hi, k) if intra == "dense" else
+                          _intra_sparse(layout, sets, bounds, n, j, k))
     return got
+
+
+def _intra_dense(layout: WireLayout, lo: int, hi: int, k: int) -> PhaseBytes:
+    row_bytes = layout.width * layout.value_bytes
+    return {INTRA + "reduce_scatter": (k - 1) * (hi - lo) * row_bytes,
+            INTRA + "all_gather": (layout.rows - (hi - lo)) * row_bytes,
+            INTRA + "meta": count_meta(k, 1) + gather_v_meta(k, 1)}
+
+
+def _intra_sparse(layout: WireLayout, sets: list[torch.Tensor], bounds: list[int], n: int, j: int, k: int
+                  ) -> PhaseBytes:
+    """Local rank j of node n: its node peers' rows in shard j, and the result's rows in every other shard."""
+    row = 4 + layout.width * layout.value_bytes  # int32 id within the shard, then the row
+
+    def count(s: torch.Tensor, shard: int) -> int:
+        return int(((s >= bounds[shard]) & (s < bounds[shard + 1])).sum())
+
+    union = torch.unique(torch.cat(sets))
+    pushed = sum(count(sets[n * k + i], j) for i in range(k) if i != j)
+    pulled = sum(count(union, i) for i in range(k) if i != j)
+    return {INTRA + "reduce_scatter": pushed * row, INTRA + "all_gather": pulled * row,
+            INTRA + "meta": count_meta(k, 2) + gather_v_meta(k, 2)}
 
 
 def link_class(phase: str) -> str:

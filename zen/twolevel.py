@@ -14,6 +14,11 @@ Lossless: a node's shard sum (its ranks' parts added in local-rank order) is sum
 scheme, bit-identical on the group's ranks, and the all-gather copies those bits, so every rank holds the
 same sum.
 
+`intra="sparse"` replaces both dense node steps by sparse ones, for nodes whose local link is not much faster
+than their uplink (the emulated cluster's loopback on a few shared cores, unlike NVLink): each rank sends
+local rank j only its non-zero rows of shard j (an all_to_all_v of COO rows), and the all-gather carries each
+shard's non-zero rows of the result. Same sums, same bits: the parts are added in local-rank order either way.
+
 Bytes land in the call's SyncStats under phase names that say the link class: "intra:" (reduce_scatter,
 all_gather and their meta) and "inter:" (the scheme's own phases: push, pull, ...); the input check runs
 over all ranks (plain "meta"). `zen.prediction.predict(..., ranks_per_node=k)` predicts them exactly.
@@ -31,13 +36,14 @@ import torch.distributed as dist
 from zen.comm.base import Communicator, ring_chunk
 from zen.comm.dist import DistComm, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
-from zen.grad import LocalGrad, to_local_grad
+from zen.grad import LocalGrad, extract_rows, to_local_grad
 from zen.output import DenseOutput, make_output
 from zen.registry import Scheme
 from zen.types import SyncStats, ZenInputError
 
 INTRA = "intra:"  # phases on a node's local link
 INTER = "inter:"  # phases on the node's uplink
+INTRA_MODES = ("dense", "sparse")
 
 
 def nodes_of(world_size: int, ranks_per_node: int) -> int:
@@ -79,6 +85,11 @@ class NodeComms:
 
     intra: Communicator
     inter: Communicator
+    mode: str = "dense"  # the node steps: dense (the paper's) or sparse rows (INTRA_MODES)
+
+    def __post_init__(self) -> None:
+        if self.mode not in INTRA_MODES:
+            raise ZenInputError(f"zen: intra must be one of {INTRA_MODES}, got {self.mode!r}")
 
     @property
     def ranks_per_node(self) -> int:
@@ -90,7 +101,7 @@ class NodeComms:
         self.inter.begin_call(code, sizes_agreed)
 
 
-def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None) -> NodeComms:
+def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: str = "dense") -> NodeComms:
     """Sub-groups of torch.distributed's default group. `new_group` must be called by every rank for every
     group, so each rank creates all nodes' and all local ranks' groups in one order and keeps its two."""
     rank = dist.get_rank()
@@ -101,17 +112,19 @@ def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None) -> Node
         if rank in ranks:
             mine.append(group)
     intra, inter = mine
-    return NodeComms(DistComm(intra, timeout_s), DistComm(inter, timeout_s))
+    return NodeComms(DistComm(intra, timeout_s), DistComm(inter, timeout_s), mode)
 
 
-def sim_node_comms(group: SimGroup, ranks_per_node: int) -> Callable[[int, torch.device], NodeComms]:
+def sim_node_comms(group: SimGroup, ranks_per_node: int, mode: str = "dense"
+                   ) -> Callable[[int, torch.device], NodeComms]:
     """Sub-groups of a simulated group, made before its `run`; returns (rank, device) -> that rank's pair."""
     k = ranks_per_node
     subs = [group.subgroup(len(ranks)) for ranks in node_groups(group.world_size, k)]
     nodes = group.world_size // k
 
     def comms(rank: int, device: torch.device) -> NodeComms:
-        return NodeComms(SimComm(subs[rank // k], rank % k, device), SimComm(subs[nodes + rank % k], rank // k, device))
+        return NodeComms(SimComm(subs[rank // k], rank % k, device), SimComm(subs[nodes + rank % k], rank // k, device),
+                         mode)
 
     return comms
 
@@ -124,18 +137,51 @@ def two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutpu
     intra.traffic, inter.traffic = stats.traffic.under(INTRA), stats.traffic.under(INTER)
     assert grad.dense is not None
     bounds = shard_bounds(grad.num_rows, intra.world_size)
-    shard = reduce_scatter(grad.dense, bounds, intra)
+    sparse = comms.mode == "sparse"
+    shard = (sparse_reduce_scatter if sparse else reduce_scatter)(grad, bounds, intra)
     if shard.shape[0]:  # the same on every node: shard sizes depend only on the (checked) shape
         shard = _sync_shard(scheme, shard, inter, out.divisor, stats)
-    gathered = intra.all_gather_v((shard,), phase="all_gather")
-    for j, (values,) in enumerate(gathered):
-        out.buffer[bounds[j] : bounds[j + 1]].copy_(values)
+    (sparse_all_gather if sparse else all_gather)(shard, bounds, intra, out.buffer)
     out.divided = True
 
 
-def reduce_scatter(dense: torch.Tensor, bounds: list[int], intra: Communicator) -> torch.Tensor:
+def all_gather(shard: torch.Tensor, bounds: list[int], intra: Communicator, out: torch.Tensor) -> None:
+    """Every shard of the result from its local rank into `out` (dense rows)."""
+    for j, (values,) in enumerate(intra.all_gather_v((shard,), phase="all_gather")):
+        out[bounds[j] : bounds[j + 1]].copy_(values)
+
+
+def sparse_all_gather(shard: torch.Tensor, bounds: list[int], intra: Communicator, out: torch.Tensor) -> None:
+    """The same with each shard's non-zero rows only (int32 ids within the shard, and their values); `out`
+    is the (rows, width) result."""
+    ids, values = extract_rows(shard.reshape(shard.shape[0], out.shape[1]))
+    gathered = intra.all_gather_v((ids.to(torch.int32), values), phase="all_gather")
+    out.zero_()
+    for j, (part_ids, part_values) in enumerate(gathered):
+        out[bounds[j] : bounds[j + 1]].index_copy_(0, part_ids.long(), part_values)
+
+
+def sparse_reduce_scatter(grad: LocalGrad, bounds: list[int], intra: Communicator) -> torch.Tensor:
+    """`reduce_scatter` with COO rows: local rank j gets each rank's non-zero rows of shard j (int32 ids
+    within the shard) and adds them into a zero shard in local-rank order."""
+    ids, values = grad.rows()
+    cuts = torch.searchsorted(ids, torch.tensor(bounds, dtype=ids.dtype, device=ids.device)).tolist()
+    messages = [((ids[a:b] - lo).to(torch.int32), values[a:b])
+                for a, b, lo in zip(cuts, cuts[1:], bounds, strict=False)]
+    parts = intra.all_to_all_v(messages, phase="reduce_scatter")
+    j = intra.rank
+    assert grad.dense is not None
+    total = grad.dense.new_zeros((bounds[j + 1] - bounds[j], grad.row_width))
+    for part_ids, part_values in parts:
+        total.index_add_(0, part_ids.long(), part_values)
+    return total.view((-1, *grad.dense.shape[1:]))
+
+
+def reduce_scatter(grad: LocalGrad, bounds: list[int], intra: Communicator) -> torch.Tensor:
     """This rank's shard summed over its node: shard j of every rank goes to local rank j (one
     all_to_all_v), which adds the k parts in local-rank order."""
+    dense = grad.dense
+    assert dense is not None
     parts = intra.all_to_all_v([(dense[lo:hi],) for lo, hi in zip(bounds, bounds[1:], strict=False)],
                                phase="reduce_scatter")
     total = parts[0][0].clone()

@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks-per-node", type=positive_int, default=1,
                    help="nodes of this many consecutive ranks (one namespace each with --bandwidth), synced "
                         "two-level: dense inside a node, the scheme across nodes")
+    p.add_argument("--intra", choices=("dense", "sparse"), default="dense",
+                   help="with --ranks-per-node: the node steps, dense as the paper's (NVLink) or sparse rows")
     p.add_argument("--flat", action="store_true",
                    help="with --ranks-per-node (gloo, nccl): keep the nodes but sync flat over all ranks")
     p.add_argument("--pull", default=None, help=f"pull encoding for zen schemes ({', '.join(encodings())})")
@@ -74,7 +76,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         density=args.density, pattern=args.pattern, dtype=args.dtype, repeats=args.repeats,
         warmup=args.warmup, seed=args.seed, bandwidth=args.bandwidth,
         sim_bandwidth_gbps=args.sim_bandwidth_gbps, in_place=args.in_place, options=options,
-        compress=args.compress, ranks_per_node=args.ranks_per_node, flat=args.flat,
+        compress=args.compress, ranks_per_node=args.ranks_per_node, flat=args.flat, intra=args.intra,
     )
 
 

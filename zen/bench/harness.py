@@ -52,6 +52,7 @@ class BenchConfig:
     compress: str | None = None  # inputs: what this compressor of `density` chooses (zen.bench.patterns)
     ranks_per_node: int = 1  # consecutive ranks per node (namespace)
     flat: bool = False  # with ranks_per_node > 1: sync over all ranks at once, not two-level
+    intra: str = "dense"  # two-level: the node steps, dense (the paper's) or sparse rows
 
     @property
     def two_level(self) -> bool:
@@ -111,7 +112,8 @@ def run_sim(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
     records = {}
     for name in cfg.schemes:
         res = simulate(name, grads, warmup=max(1, cfg.warmup), seed=cfg.seed, outs=outs,
-                       ranks_per_node=cfg.ranks_per_node if cfg.two_level else 1, **cfg.options.get(name, {}))
+                       ranks_per_node=cfg.ranks_per_node if cfg.two_level else 1, intra=cfg.intra,
+                       **cfg.options.get(name, {}))
         ok = all(matches_reference(o, total, magnitude, cfg.world_size) for o in res.outputs)
         same = all(torch.equal(o, res.outputs[0]) for o in res.outputs)
         bw = cfg.sim_bandwidth_gbps * 1e9 / 8
@@ -130,7 +132,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     comm = DistComm()
     nodes = None
     if cfg.two_level:
-        nodes = dist_node_comms(cfg.ranks_per_node)
+        nodes = dist_node_comms(cfg.ranks_per_node, mode=cfg.intra)
         launch.calm_gloo(dist.get_backend())  # the sub-groups' event loops too, as the launcher did the world's
     rank = comm.rank
     grad = inputs(cfg, rank).to(comm.device)
@@ -183,7 +185,7 @@ def sim_compute_seconds(cfg: BenchConfig, name: str, repeats: int = 3) -> float:
     grads = all_inputs(cfg)
     outs = [torch.empty_like(g) for g in grads]
     group = SimGroup(cfg.world_size, seed=cfg.seed)
-    node_comms = sim_node_comms(group, cfg.ranks_per_node) if cfg.two_level else None
+    node_comms = sim_node_comms(group, cfg.ranks_per_node, cfg.intra) if cfg.two_level else None
     instances = [make_scheme(name, **cfg.options.get(name, {})) for _ in range(cfg.world_size)]
     times: list[float] = []
 
@@ -269,7 +271,7 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
             "density": cfg.density, "pattern": cfg.pattern if cfg.compress is None else f"{cfg.compress}-chosen",
             "dtype": cfg.dtype, "bandwidth": cfg.bandwidth,
             "in_place": cfg.in_place, "gloo_loop": recs[0].gloo_loop, "ranks_per_node": cfg.ranks_per_node,
-            "sync": "two-level" if cfg.two_level else "flat",
+            "sync": ("two-level" if cfg.intra == "dense" else "two-level-sparse") if cfg.two_level else "flat",
             "uplink_received_max": max(uplink_bytes([r.stats.traffic.received for r in recs], cfg.ranks_per_node)),
             "union_density": udens, "nnz_max": max(r.stats.nnz for r in recs),
             "bytes_sent_max": max(r.stats.traffic.bytes_sent for r in recs),

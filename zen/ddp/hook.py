@@ -37,7 +37,7 @@ from zen.compress import Compressor, PartContext, make_compressor
 from zen.ddp.router import BucketRouter, Part, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
 from zen.registry import Scheme, make_scheme, scheme_config
-from zen.twolevel import NodeComms, dist_node_comms, nodes_of
+from zen.twolevel import INTRA_MODES, NodeComms, dist_node_comms, nodes_of
 from zen.types import SyncStats, ZenCommError, ZenInputError
 from zen.validate import check_parts
 
@@ -102,7 +102,8 @@ class ZenHookState:
     exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`). `ranks_per_node` > 1
     (it must divide the world size; the default group only): the embedding rows take the two-level path
     (zen.twolevel: dense inside each node of that many consecutive ranks, `scheme` across nodes); dense parts,
-    compressed parts and COO gradients stay flat over all ranks."""
+    compressed parts and COO gradients stay flat over all ranks; `intra="sparse"`: sparse node steps (for a
+    node link not much faster than the uplink)."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
@@ -120,6 +121,7 @@ class ZenHookState:
     compress_options: dict[str, Any] = field(default_factory=dict)
     compress_rows: bool = False
     ranks_per_node: int = 1
+    intra: str = "dense"
     iteration: int = 0
     last_step: StepRecord = field(default_factory=StepRecord)
     _step: StepRecord = field(default_factory=StepRecord, repr=False)
@@ -139,6 +141,8 @@ class ZenHookState:
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
         self._check_ranks_per_node()
+        if self.intra not in INTRA_MODES:
+            raise ZenInputError(f"intra must be one of {INTRA_MODES}, got {self.intra!r}")
         self._make_schemes()  # unknown names and bad options fail here, not inside backward
         if self.compress is not None:
             self._compressor = make_compressor(self.compress, self.density, **self.compress_options)
@@ -163,7 +167,7 @@ class ZenHookState:
     def call_code(self) -> int:
         """What every rank's hook must agree on, as the code its calls carry (zen.comm.base)."""
         squeeze = self._compressor.config if self._compressor is not None else None
-        two_level = f"|ranks_per_node={self.ranks_per_node}" if self.ranks_per_node > 1 else ""
+        two_level = f"|ranks_per_node={self.ranks_per_node}|{self.intra}" if self.ranks_per_node > 1 else ""
         return code_of(f"hook|{scheme_config(self.scheme, self.options)}|validate={self.validate}|"
                        f"check_every={self.check_every}|nonfinite={self.nonfinite}|average={self.average}|"
                        f"compress={squeeze}|rows={self.compress_rows}" + two_level)
@@ -210,7 +214,7 @@ class ZenHookState:
     def _new_lane(self, k: int, comm: DistComm) -> Lane:
         nodes = None
         if self.ranks_per_node > 1:
-            nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s))
+            nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s, self.intra))
         setup = (lambda: torch.cuda.set_device(comm.device)) if comm.device.type == "cuda" else None
         return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_schemes(),
                     nodes)
