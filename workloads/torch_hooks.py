@@ -37,7 +37,8 @@ POWERSGD_START = 2  # the first step PowerSGD compresses (it needs > 1)
 
 
 def is_torch_hook(name: str) -> bool:
-    return name in (NO_COMM, NATIVE, FP16, BF16) or bool(POWERSGD.match(name) and int(POWERSGD.match(name)[1]) > 0)
+    rank = POWERSGD.match(name)
+    return name in (NO_COMM, NATIVE, FP16, BF16) or (rank is not None and int(rank[1]) > 0)
 
 
 def _one_bucket_at_a_time(state: powersgd.PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

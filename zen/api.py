@@ -99,13 +99,14 @@ def prepare(scheme: Scheme, tensor: torch.Tensor, rows: bool = False, extract: b
     """`tensor` as this rank's rows, the non-zero ones extracted (once) if the scheme sends rows and
     `extract` (two-level sync extracts them from its shard of the node sum instead). A sparsifier
     overwrites `tensor` with its choice and hands its rows over as they are (a quantizer compresses in
-    its own exchange: the input is checked as it is)."""
-    if compressor is not None and not compressor.own_exchange:
+    its own exchange: the input is checked as it is, and no scheme reads its rows)."""
+    if compressor is not None:
         if ctx is None or tensor.layout != torch.strided:
             raise ZenInputError("a compressor needs a dense tensor and a PartContext (ctx=)")
-        return compressor.compress(tensor, ctx)
+        if not compressor.own_exchange:
+            return compressor.compress(tensor, ctx)
     grad = to_local_grad(tensor, rows)
-    if extract and getattr(scheme, "sparse_input", True):
+    if extract and compressor is None and getattr(scheme, "sparse_input", True):
         grad.rows()
     return grad
 
