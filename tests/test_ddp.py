@@ -8,6 +8,7 @@ import torch
 
 import zen
 from zen.ddp import StepRecord, ZenHookState
+from zen.ddp.worker import Fault, all_settled, settle
 from zen.launch import spawn
 
 TOLERANCE = 1e-5
@@ -109,3 +110,40 @@ def test_input_check_runs_around_the_bucket_rebuild_then_periodically() -> None:
     assert due(ZenHookState(check_every=0)) == [True, True, False, False, False, False]
     assert all(due(ZenHookState(check_every=0, nonfinite="raise")))
     assert not any(due(ZenHookState(validate=False)))
+
+
+def _failing_later() -> tuple[torch.futures.Future, torch.futures.Future]:
+    """(source, derived): `derived` fails with a C++ error (as a timed-out collective's future) once
+    `source` completes."""
+    source = torch.futures.Future()
+    return source, source.then(lambda _: 1 / 0)
+
+
+def test_a_bucket_fails_only_after_all_its_work_in_flight_has_ended() -> None:
+    """A failed dense part fails the bucket's future, but only once every other tracked operation has ended
+    too (nothing of the hook may still run when backward raises and the process exits): `collect_all` alone
+    would stop at the first failure."""
+    fault = Fault()
+    source, failing = _failing_later()
+    other = fault.track(torch.futures.Future())  # e.g. another lane's job, still running
+    done: torch.futures.Future = torch.futures.Future()
+    settle(done, "result", [fault.track(failing)], fault)
+    source.set_result(None)
+    assert not done.done() and fault.failure is not None
+    other.set_result(None)
+    assert done.done()
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        done.wait()
+    later: torch.futures.Future = torch.futures.Future()
+    fault.fail(later, RuntimeError("nothing in flight: at once"))
+    assert later.done()
+
+
+def test_all_settled_waits_for_every_future_failed_or_not() -> None:
+    source, failing = _failing_later()
+    ok: torch.futures.Future = torch.futures.Future()
+    both = all_settled([failing, ok])
+    source.set_result(None)
+    assert failing.done() and not both.done()
+    ok.set_result(1)
+    assert both.done()

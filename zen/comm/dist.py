@@ -134,6 +134,12 @@ class DistComm(Communicator):
                 works.append(self.pg.recv([recv], peer, 0))  # group ranks, as the schemes use them
         if send is not None and send.numel():
             works.append(self.pg.send([send.contiguous().to(self.device)], peer, 0))
-        for w in works:
-            self._wait(w, own_timeout=False)
+        failure = None
+        for w in works:  # every one, even after a failure: nothing of this exchange may outlive it
+            try:
+                self._wait(w, own_timeout=False)
+            except Exception as exc:  # noqa: BLE001 - the first is raised below
+                failure = failure or exc
+        if failure is not None:
+            raise failure
         return recv

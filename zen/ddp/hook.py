@@ -251,7 +251,7 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
         try:
             job()
         except Exception as exc:  # noqa: BLE001 - the future carries it to backward, as in the async case
-            done.set_exception(exc)
+            state._fault.fail(done, exc)
     if bucket.is_last():
         if state._compressor is not None:  # DDP rebuilt its buckets: the old parts' residuals go
             state._compressor.prune(state._keys)
@@ -314,11 +314,11 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
             step.spans.append((start, time.perf_counter()))
             result = out if part.coo else result
         else:
-            pending.append(_dense_part(comm, part.tensor, divisor, stats, step, start))
+            pending.append(state._fault.track(_dense_part(comm, part.tensor, divisor, stats, step, start)))
         if ctx is not None and squeezer is not None:
             stats.extra["residual_norm"] = squeezer.residual_norm(ctx.key)
         start = time.perf_counter()
-    settle(done, result, pending, on_error=state._fault.record)
+    settle(done, result, pending, state._fault)
 
 
 def _dense_part(comm: DistComm, tensor: torch.Tensor, divisor: int, stats: SyncStats, step: StepRecord,

@@ -24,14 +24,38 @@ Job = Callable[[], None]
 
 
 class Fault:
-    """The first communication failure of a hook, shared by its lanes: after it every lane fails at once."""
+    """The first communication failure of a hook, shared by its lanes: after it every lane fails at once.
+
+    It also knows the hook's work in flight (running jobs, issued all-reduces), and a future fails only once
+    all of it has ended (each ends by its own timeout): backward then raises with nothing of the hook left
+    running. An all-reduce that outlived it would end on gloo's thread while the interpreter exits, and the
+    Python callback it then releases aborts the process (std::terminate)."""
 
     def __init__(self) -> None:
         self.failure: BaseException | None = None
+        self._in_flight: list[torch.futures.Future] = []
+        self._lock = threading.Lock()
 
     def record(self, exc: BaseException) -> None:
         if self.failure is None and not isinstance(exc, ZenInputError):
             self.failure = exc
+
+    def track(self, fut: torch.futures.Future) -> torch.futures.Future:
+        """Count `fut` as work in flight until it completes; returns it."""
+        with self._lock:
+            self._in_flight = [f for f in self._in_flight if not f.done()]
+            self._in_flight.append(fut)
+        return fut
+
+    def fail(self, done: torch.futures.Future, exc: BaseException) -> None:
+        """Fail `done` with `exc` once no tracked work is in flight."""
+        with self._lock:
+            self._in_flight = [f for f in self._in_flight if not f.done()]
+            pending = list(self._in_flight)
+        if not pending:
+            _fail(done, exc)
+            return
+        all_settled(pending).then(lambda _: _fail(done, exc))
 
 
 class CommWorker:
@@ -73,14 +97,19 @@ class CommWorker:
 
     def _run(self, job: Job, done: torch.futures.Future) -> None:
         if self.fault.failure is not None:
-            _fail(done, ZenCommError(f"zen: an earlier synchronization failed on this rank, so the process "
-                                     f"group is out of step; re-create it. First failure: {self.fault.failure}"))
+            self.fault.fail(done, ZenCommError(f"zen: an earlier synchronization failed on this rank, so the "
+                                               f"process group is out of step; re-create it. First failure: "
+                                               f"{self.fault.failure}"))
             return
+        running: torch.futures.Future[None] = self.fault.track(torch.futures.Future())
         try:
             job()
         except BaseException as exc:  # noqa: BLE001 - every error must reach DDP through the future
             self.fault.record(exc)
-            _fail(done, exc)
+            running.set_result(None)
+            self.fault.fail(done, exc)
+            return
+        running.set_result(None)
 
 
 def _fail(done: torch.futures.Future, exc: BaseException) -> None:
@@ -88,21 +117,27 @@ def _fail(done: torch.futures.Future, exc: BaseException) -> None:
         done.set_exception(exc)
 
 
-def settle(done: torch.futures.Future, result: Any, pending: list[torch.futures.Future],
-           on_error: Callable[[BaseException], None]) -> None:
-    """Complete `done` with `result` once every future in `pending` has, or with the first error among them."""
+def settle(done: torch.futures.Future, result: Any, pending: list[torch.futures.Future], fault: Fault) -> None:
+    """Complete `done` with `result` once every future in `pending` has, or fail it (through `fault`, which
+    records it) with the first error among them."""
     if not pending:
         done.set_result(result)
         return
 
-    def finish(futures: torch.futures.Future) -> None:
-        for fut in futures.value():
+    def finish(_: torch.futures.Future) -> None:
+        for fut in pending:
             try:
                 fut.value()
             except BaseException as exc:  # noqa: BLE001 - handed on through the future
-                on_error(exc)
-                _fail(done, exc)
+                fault.record(exc)
+                fault.fail(done, exc)
                 return
         done.set_result(result)
 
-    torch.futures.collect_all(pending).then(finish)
+    all_settled(pending).then(finish)
+
+
+def all_settled(futures: list[torch.futures.Future]) -> torch.futures.Future:
+    """A future that completes once every one of `futures` has, failed or not (`collect_all` fails as soon
+    as one fails, while the others may still run)."""
+    return torch.futures.collect_all([f.then(lambda _: None) for f in futures])
