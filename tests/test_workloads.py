@@ -190,3 +190,35 @@ def test_zen_profile_writes_summary_csv_and_traces(name: str, tmp_path) -> None:
     assert len(traces["indices"][0][0]) == len(traces["params"]) == len(summary["params"])
     assert traces["indices"][0][0][0].dtype == torch.int32
     assert not list(out.glob(".*tmp*"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_profile_from_batch_ids_equals_the_rows_backward_touches(name: str, tmp_path) -> None:
+    """`--rows-from ids` (no model run: traces at 128 workers) records exactly the rows that every worker's
+    backward pass gives a non-zero gradient, step by step, while the model trains."""
+    traces = {}
+    for source in ("backward", "ids"):
+        out = tmp_path / source
+        assert zen_main(["profile", "--workload", name, "--preset", "tiny", "--workers", "3", "--steps", "3",
+                         "--rows-from", source, "--out", str(out)]) == 0
+        traces[source] = torch.load(out / "traces.pt")
+    assert json.loads((tmp_path / "ids" / "profile.json").read_text())["rows_from"] == "ids"
+    for by_backward, by_ids in zip(traces["backward"]["indices"], traces["ids"]["indices"], strict=True):
+        for a, b in zip(by_backward, by_ids, strict=True):
+            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_sampled_softmax_rows_come_with_the_batch() -> None:
+    """The scaled LSTM's sampled softmax draws its negatives with the batch, so its output table's rows (the
+    targets' and the negatives') follow from the batch too."""
+    from workloads.profile import backward_rows
+
+    workload = build_workload("lstm", "scaled", seed=0)
+    assert workload.rows is not None and len(workload.sparse_params) == 3
+    stream = workload.batches(1, 4, 0)
+    for _ in range(2):
+        batch = next(stream)
+        rows = workload.rows(batch)
+        assert all(torch.equal(a, b) for a, b in zip(rows, backward_rows(workload, batch), strict=True))
+    again = next(build_workload("lstm", "scaled", seed=0).batches(1, 4, 0))["noise"]
+    assert torch.equal(again, next(workload.batches(1, 4, 0))["noise"])  # deterministic per rank

@@ -27,6 +27,9 @@ class Workload:
     local_batch_size: int
     lr: float = 0.1
     info: dict[str, Any] = field(default_factory=dict)
+    # rows(batch) -> per sparse parameter, the distinct rows the batch looks up: exactly its gradient's
+    # non-zero rows, without running the model (`zen profile --rows-from ids`: traces at 128 workers)
+    rows: Callable[[Any], list[torch.Tensor]] | None = None
 
 
 _BUILDERS: dict[str, Callable[[str, int], Workload]] = {}

@@ -87,8 +87,16 @@ def build(preset: str, seed: int) -> Workload:
             input_ids, labels = mask_tokens(ids, special, mask_id, vocab, gen)
             yield {"input_ids": input_ids, "labels": labels}
 
+    pad = model.bert.embeddings.word_embeddings.padding_idx  # a row whose gradient is always zero
+
+    def looked_up(batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        # attention spreads a masked token's loss over its whole sequence, and only that far: a sequence
+        # with nothing masked gets no gradient
+        ids = batch["input_ids"][(batch["labels"] != -100).any(dim=1)].unique()
+        return [ids[ids != pad] if pad is not None else ids]
+
     return Workload(
-        name="bert", preset=preset, model=model, batches=batches, loss=hf_lm_loss,
+        name="bert", preset=preset, model=model, batches=batches, loss=hf_lm_loss, rows=looked_up,
         sparse_params=["bert.embeddings.word_embeddings.weight"], local_batch_size=cfg.batch_size,
         lr=cfg.lr,
         info={"config": config_dict(cfg), "vocab_size": vocab, "tokenizer": TOKENIZER,

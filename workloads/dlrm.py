@@ -92,6 +92,7 @@ def build(preset: str, seed: int) -> Workload:
     names = [f"sparse_arch.embedding_bag_collection.embedding_bags.t{i}.weight" for i in range(len(cards))]
     return Workload(
         name="dlrm", preset=preset, model=model, batches=batches, loss=dlrm_loss, sparse_params=names,
+        rows=lambda batch: [column.unique() for column in batch["sparse"].t()],  # one id per table and sample
         local_batch_size=cfg.batch_size, lr=cfg.lr,
         info={"config": config_dict(cfg), "cardinalities": list(cards), "embedding_rows": sum(cards),
               "zipf_s": [round(float(s), 4) for s in data.zipf_s],

@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from workloads.base import Workload, register_workload
-from workloads.common import config_dict, window_batches
+from workloads.common import config_dict, generator, window_batches
 from workloads.text import word_stream
 
 LM1B_VOCAB = 793_471
@@ -79,9 +79,13 @@ class SampledSoftmax(nn.Module):
         p = torch.log((k + 2) / (k + 1)) / math.log(self.vocab + 1)
         return torch.log(-torch.expm1(self.samples * torch.log1p(-p))).float()
 
-    def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        u = torch.rand(self.samples, dtype=torch.float64)
-        noise = (torch.exp(u * math.log(self.vocab + 1)).long() - 1).clamp(0, self.vocab - 1)
+    def draw(self, gen: torch.Generator) -> torch.Tensor:
+        """One step's negatives. They are drawn with the batch (from the rank's data stream), so the rows a
+        step touches follow from its batch alone (`Workload.rows`) and every scheme sees the same ones."""
+        u = torch.rand(self.samples, dtype=torch.float64, generator=gen)
+        return (torch.exp(u * math.log(self.vocab + 1)).long() - 1).clamp(0, self.vocab - 1)
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         ids = torch.cat([targets, noise])  # one lookup per table: one (dense) table gradient, not two to add
         w, b = self.weight(ids), self.bias(ids).squeeze(-1) - self.log_q(ids)
         n = targets.numel()
@@ -94,7 +98,8 @@ class SampledSoftmax(nn.Module):
 
 class LSTMLanguageModel(nn.Module):
     """Embedding -> LSTM(P) -> softmax over the corpus vocabulary (full, or sampled), untied, so the
-    embedding gradient only has the rows of the batch's words. forward(inputs, targets) -> the loss."""
+    embedding gradient only has the rows of the batch's words. forward(inputs, targets, noise) -> the loss
+    (`noise`: the sampled softmax's negatives, None with a full softmax)."""
 
     def __init__(self, rows: int, vocab: int, dim: int, hidden: int, layers: int, proj: int, samples: int = 0):
         super().__init__()
@@ -104,18 +109,20 @@ class LSTMLanguageModel(nn.Module):
         self.sampled = SampledSoftmax(rows, out, vocab, samples) if samples else None
         self.decoder = None if samples else nn.Linear(out, vocab)
 
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor, noise: torch.Tensor | None = None
+                ) -> torch.Tensor:
         out, _ = self.lstm(self.embedding(tokens))
         out = out.reshape(-1, out.shape[-1])
         if self.sampled is not None:
-            return self.sampled(out, targets.reshape(-1))
+            assert noise is not None, "a sampled softmax takes its negatives with the batch"
+            return self.sampled(out, targets.reshape(-1), noise)
         assert self.decoder is not None
         return F.cross_entropy(self.decoder(out), targets.reshape(-1))
 
 
 def lm_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     tokens = batch["tokens"]
-    return model(tokens[:, :-1], tokens[:, 1:])
+    return model(tokens[:, :-1], tokens[:, 1:], batch.get("noise"))
 
 
 @register_workload("lstm")
@@ -129,11 +136,19 @@ def build(preset: str, seed: int) -> Workload:
                                   cfg.samples)
 
     def batches(rank: int, world_size: int, data_seed: int) -> Iterator[dict[str, torch.Tensor]]:
+        gen = generator(data_seed, rank, world_size, 0x5A3)
         for tokens in window_batches(stream, cfg.seq_len + 1, cfg.batch_size, rank, world_size, data_seed):
-            yield {"tokens": tokens}
+            yield {"tokens": tokens} | ({"noise": model.sampled.draw(gen)} if model.sampled is not None else {})
+
+    def looked_up(batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        tokens = batch["tokens"]
+        out = [tokens[:, :-1].unique()]
+        if model.sampled is not None:  # the output table and its bias: the targets' rows and the negatives'
+            out += 2 * [torch.cat([tokens[:, 1:].reshape(-1), batch["noise"]]).unique()]
+        return out
 
     return Workload(
-        name="lstm", preset=preset, model=model, batches=batches, loss=lm_loss,
+        name="lstm", preset=preset, model=model, batches=batches, loss=lm_loss, rows=looked_up,
         sparse_params=["embedding.weight", *(["sampled.weight.weight", "sampled.bias.weight"] if cfg.samples else [])],
         local_batch_size=cfg.batch_size, lr=cfg.lr,
         info={"config": config_dict(cfg), "vocab_size": len(vocab), "embedding_rows": rows,

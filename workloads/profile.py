@@ -34,6 +34,7 @@ from zen.provenance import atomic_file, write_atomic
 log = logging.getLogger(__name__)
 SKEW_PARTS = (8, 128)
 SHARE_PARTS = 8
+ROW_SOURCES = ("backward", "ids")
 
 
 @dataclass
@@ -60,11 +61,9 @@ def record(workload: Workload, workers: int, steps: int, seed: int, update: bool
     model = workload.model
     named = dict(model.named_parameters())
     sparse = [named[n] for n in workload.sparse_params]
-    params = [{"name": n, "rows": p.shape[0], "width": p[0].numel()}
-              for n, p in zip(workload.sparse_params, sparse, strict=True)]
     streams = [workload.batches(w, workers, seed) for w in range(workers)]
     opt = torch.optim.SGD(model.parameters(), lr=workload.lr)
-    trace = Trace(params, [], [])
+    trace = Trace(_params(workload), [], [])
     for step in range(steps):
         summed: dict[str, torch.Tensor] = {}
         trace.indices.append([])
@@ -87,6 +86,46 @@ def record(workload: Workload, workers: int, steps: int, seed: int, update: bool
     return trace
 
 
+def record_ids(workload: Workload, workers: int, steps: int, seed: int) -> Trace:
+    """The same index sets from the batches' ids alone (`Workload.rows`): no forward or backward, so 128
+    workers take seconds. The batches do not depend on the model, so this equals `record`'s sets; the
+    first worker's first step and the last worker's last step are checked against backward (`backward_rows`)."""
+    if workload.rows is None:
+        raise ValueError(f"workload {workload.name!r} does not give its rows from batch ids (Workload.rows)")
+    streams = [workload.batches(w, workers, seed) for w in range(workers)]
+    trace = Trace(_params(workload), [], [])
+    checked = {(0, 0), (steps - 1, workers - 1)}
+    for step in range(steps):
+        trace.indices.append([])
+        trace.losses.append([])
+        for w in range(workers):
+            batch = next(streams[w])
+            rows = [r.int() for r in workload.rows(batch)]
+            if (step, w) in checked:
+                touched = backward_rows(workload, batch)
+                if not all(torch.equal(a.long(), b) for a, b in zip(rows, touched, strict=True)):
+                    raise RuntimeError(f"{workload.name}: the rows of worker {w}'s batch at step {step} differ "
+                                       f"from the rows its backward touches")
+            trace.indices[-1].append(rows)
+        log.info("step %d: %d workers' rows from their batches", step, workers)
+    return trace
+
+
+def backward_rows(workload: Workload, batch: Any) -> list[torch.Tensor]:
+    """The non-zero rows of every sparse parameter's gradient after one backward pass on `batch`."""
+    named = dict(workload.model.named_parameters())
+    workload.model.zero_grad(set_to_none=True)
+    workload.loss(workload.model, batch).backward()
+    rows = [sparsity.nonzero_rows(named[n].grad) for n in workload.sparse_params]
+    workload.model.zero_grad(set_to_none=True)
+    return rows
+
+
+def _params(workload: Workload) -> list[dict[str, Any]]:
+    named = dict(workload.model.named_parameters())
+    return [{"name": n, "rows": named[n].shape[0], "width": named[n][0].numel()} for n in workload.sparse_params]
+
+
 def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
@@ -97,8 +136,9 @@ def step_rows(trace: Trace, step: int) -> tuple[list[dict], list[dict], list[dic
     sets = [trace.stacked(step, w) for w in range(len(trace.indices[step]))]
     workers = []
     for w, s in enumerate(sets):
+        losses = trace.losses[step]
         row = {"step": step, "worker": w, "nnz": s.numel(), "density": sparsity.density(s, m),
-               "loss": trace.losses[step][w]}
+               "loss": losses[w] if losses else float("nan")}
         row.update({f"skew{p}": sparsity.skewness(s, m, p) for p in SKEW_PARTS})
         row.update({f"share{j}": v for j, v in enumerate(sparsity.partition_shares(s, m, SHARE_PARTS))})
         workers.append(row)
@@ -116,6 +156,10 @@ def summarize(trace: Trace, workers: list[dict], unions: list[dict], pairs: list
     def mean_of(rows: list[dict], key: str, **match: int) -> float:
         return _mean([r[key] for r in rows if all(r[k] == v for k, v in match.items())])
 
+    pair_overlaps: dict[tuple[int, int], list[float]] = {}  # one pass: 128 workers have 8,128 pairs a step
+    for r in pairs:
+        pair_overlaps.setdefault((r["i"], r["j"]), []).append(r["overlap"])
+
     full_union = [sparsity.union([trace.stacked(s, w) for w in range(n_workers)]) for s in range(n_steps)]
     per_param = [_mean([sparsity.density(trace.indices[s][w][k], p["rows"])
                         for s in range(n_steps) for w in range(n_workers)])
@@ -131,14 +175,14 @@ def summarize(trace: Trace, workers: list[dict], unions: list[dict], pairs: list
                   "gamma": [mean_of(unions, "gamma", n=n) for n in ns]},
         "overlap": {"mean": _mean(overlaps), "min": min(overlaps, default=0.0),
                     "max": max(overlaps, default=0.0),
-                    "matrix": [[1.0 if i == j else mean_of(pairs, "overlap", i=min(i, j), j=max(i, j))
+                    "matrix": [[1.0 if i == j else _mean(pair_overlaps[min(i, j), max(i, j)])
                                 for j in range(n_workers)] for i in range(n_workers)]},
         "skewness": {str(p): mean_of(workers, f"skew{p}") for p in SKEW_PARTS}
         | {f"union_{p}": _mean([sparsity.skewness(u, m, p) for u in full_union]) for p in SKEW_PARTS},
         "partition_share": [mean_of(workers, f"share{j}") for j in range(SHARE_PARTS)],
         "union_partition_share": [_mean([sparsity.partition_shares(u, m, SHARE_PARTS)[j] for u in full_union])
                                   for j in range(SHARE_PARTS)],
-        "loss": [_mean(step_losses) for step_losses in trace.losses],
+        "loss": [_mean(step_losses) for step_losses in trace.losses if step_losses],  # none from ids
     }
 
 
@@ -163,18 +207,22 @@ def write_outputs(out: Path, summary: dict[str, Any], tables: dict[str, list[dic
 
 
 def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Path,
-            update: bool = True) -> dict[str, Any]:
-    """Build, record, summarize and write; returns the summary (also in out/profile.json)."""
+            update: bool = True, rows_from: str = "backward") -> dict[str, Any]:
+    """Build, record (`rows_from`: "backward" or "ids"), summarize and write; returns the summary (also in
+    out/profile.json)."""
     t0 = time.perf_counter()
     workload = build_workload(name, preset, seed)
-    trace = record(workload, workers, steps, seed, update)
+    if rows_from == "ids":
+        trace, update = record_ids(workload, workers, steps, seed), False
+    else:
+        trace = record(workload, workers, steps, seed, update)
     tables: dict[str, list[dict]] = {"workers": [], "union": [], "overlap": []}
     for step in range(steps):
         for key, rows in zip(tables, step_rows(trace, step), strict=True):
             tables[key].extend(rows)
     summary = {"workload": name, "preset": preset, "workers": workers, "steps": steps, "seed": seed,
-               "update": update, "local_batch_size": workload.local_batch_size, "lr": workload.lr,
-               "info": workload.info, **summarize(trace, *tables.values()),
+               "update": update, "rows_from": rows_from, "local_batch_size": workload.local_batch_size,
+               "lr": workload.lr, "info": workload.info, **summarize(trace, *tables.values()),
                "seconds": time.perf_counter() - t0,
                "files": ["profile.json", "workers.csv", "union.csv", "overlap.csv", "traces.pt"]}
     write_outputs(out, summary, tables, trace)
@@ -190,12 +238,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--no-update", dest="update", action="store_false",
                         help="keep the model fixed (no SGD step between steps)")
+    parser.add_argument("--rows-from", choices=ROW_SOURCES, default="backward",
+                        help="backward: run every worker's backward pass; ids: the rows its batch looks up (no "
+                             "model run, so hundreds of workers take seconds; two steps are checked against "
+                             "backward; the model stays fixed)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1 or args.steps < 1:
         raise SystemExit("--workers and --steps must be >= 1")
-    s = profile(args.workload, args.preset, args.workers, args.steps, args.seed, args.out, args.update)
+    s = profile(args.workload, args.preset, args.workers, args.steps, args.seed, args.out, args.update,
+                args.rows_from)
     u = s["union"]
     print(f"{s['workload']}/{s['preset']}: {s['num_rows']} embedding rows, {s['workers']} workers x "
           f"{s['steps']} steps in {s['seconds']:.1f} s")
@@ -208,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
           f"(min {s['overlap']['min']:.3f}, max {s['overlap']['max']:.3f})")
     print(f"  skewness            8 parts {s['skewness']['8']:.2f}, 128 parts {s['skewness']['128']:.2f}")
     print("  share per 1/8       " + " ".join(f"{v:.3f}" for v in s["partition_share"]))
-    print(f"  loss                {s['loss'][0]:.4f} -> {s['loss'][-1]:.4f}")
+    if s["loss"]:
+        print(f"  loss                {s['loss'][0]:.4f} -> {s['loss'][-1]:.4f}")
     print(f"  wrote {args.out}/{{{','.join(s['files'])}}}")
     return 0

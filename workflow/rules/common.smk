@@ -97,8 +97,14 @@ def pull_bench_outputs():
                   encoding=p["encodings"], pattern=p["pattern"], world_size=p["world_size"], density=p["densities"])
 
 
-def profile_outputs(name):
-    return expand(RESULTS + "/profile/{workload}/{name}", workload=config["profile"]["workloads"], name=name)
+# Fig 2b and Fig 8's traces come from the at-scale profile (rows from batch ids) when the config has one
+AT_SCALE = config["profile"].get("at_scale")
+UNION_PROFILE = "profile_at_scale" if AT_SCALE else "profile"
+UNION_WORKERS = AT_SCALE["workers"] if AT_SCALE else config["profile"]["workers"]
+
+
+def profile_outputs(name, folder="profile"):
+    return expand(RESULTS + "/" + folder + "/{workload}/{name}", workload=config["profile"]["workloads"], name=name)
 
 
 def scale_outputs():

@@ -37,7 +37,7 @@ rule aggregate_scale:
 rule convert_trace:
     """A profiled workload's non-zero rows per worker, in the replay format of `zen scale --trace`."""
     input:
-        RESULTS + "/profile/{workload}/traces.pt",
+        RESULTS + "/" + UNION_PROFILE + "/{workload}/traces.pt",
     output:
         RESULTS + "/scale/traces/{workload}.pt",
     log:
@@ -49,7 +49,7 @@ rule convert_trace:
 
 
 rule simulate_scale_trace:
-    """Fig 8 on a real workload's sparsity, up to as many ranks as the profile emulated workers."""
+    """Fig 8 on a real workload's sparsity, up to as many ranks as the (at-scale) profile emulated workers."""
     input:
         RESULTS + "/scale/traces/{workload}.pt",
     output:
@@ -59,7 +59,7 @@ rule simulate_scale_trace:
     benchmark:
         BENCHMARKS + "/simulate_scale_trace/{workload}.tsv"
     params:
-        world_sizes=csv_list(n for n in config["scale"]["world_sizes"] if n <= config["profile"]["workers"]),
+        world_sizes=csv_list(n for n in config["scale"]["world_sizes"] if n <= UNION_WORKERS),
         link_gbps=config["scale"]["link_gbps"],
         schemes=csv_list(config["schemes"]),
         seed=config["seed"],

@@ -38,20 +38,26 @@ def bench_frame(paths: list[str]) -> pd.DataFrame:
     return frame.sort_values(keys, kind="stable").reset_index(drop=True) if len(frame) else frame
 
 
-def profile_frames(dirs: list[str]) -> dict[str, pd.DataFrame]:
-    """Table 1 summary, gamma^n per n, pairwise overlaps and partition shares of every profiled workload."""
+def profile_frames(dirs: list[str], union_dirs: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Table 1 summary, gamma^n per n, pairwise overlaps and partition shares of every profiled workload;
+    gamma^n and the union density from `union_dirs` (profiles of more workers) where given."""
+    unions = {}
+    for d in union_dirs or []:
+        at_scale = json.loads(Path(d, "profile.json").read_text())
+        unions[at_scale["workload"]] = at_scale["union"]
     summary, union, overlap, shares = [], [], [], []
     for d in dirs:
         s = json.loads(Path(d, "profile.json").read_text())
         w = s["workload"]
-        u = s["union"]
+        u = unions.get(w, s["union"])
         summary.append({
             "workload": w, "preset": s["preset"], "workers": s["workers"], "steps": s["steps"],
             "embedding_rows": s["num_rows"], "local_batch_size": s.get("local_batch_size"),
             "density": s["density"]["mean"], "union_n": u["n"][-1], "union_density": u["density"][-1],
             "gamma_n": u["gamma"][-1], "overlap_mean": s["overlap"]["mean"], "skew8": s["skewness"]["8"],
             "skew128": s["skewness"]["128"], "union_skew8": s["skewness"].get("union_8"),
-            "union_skew128": s["skewness"].get("union_128"), "first_loss": s["loss"][0], "last_loss": s["loss"][-1],
+            "union_skew128": s["skewness"].get("union_128"), "first_loss": s["loss"][0] if s["loss"] else None,
+            "last_loss": s["loss"][-1] if s["loss"] else None,
         })
         union += [{"workload": w, "n": n, "union_density": dn, "gamma_n": g}
                   for n, dn, g in zip(u["n"], u["density"], u["gamma"], strict=True)]
@@ -121,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--union-out", help="profile: gamma^n per n")
     parser.add_argument("--overlap-out", help="profile: pairwise overlap ratios")
     parser.add_argument("--shares-out", help="profile: share of non-zeros per partition")
+    parser.add_argument("--union-dirs", nargs="*", default=[], help="profile: folders of profiles of more "
+                        "workers, for gamma^n and the union density")
     parser.add_argument("--steps-out", help="train: one row per step")
     parser.add_argument("inputs", nargs="+")
     args = parser.parse_args(argv)
@@ -134,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         frame, steps = train_frames(args.inputs)
         write_csv(steps, args.steps_out)
     else:
-        frames = profile_frames(args.inputs)
+        frames = profile_frames(args.inputs, args.union_dirs)
         for key, path in (("union", args.union_out), ("overlap", args.overlap_out), ("shares", args.shares_out)):
             write_csv(frames[key], path)
         frame = frames["summary"]

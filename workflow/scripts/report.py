@@ -28,17 +28,20 @@ AGGREGATES = {"bench": "microbench.csv", "pull": "pull.csv", "sparsity": "sparsi
 
 FIGURE_TEXT = {
     "table1_density": ("Table 1: embedding-gradient density",
-                       "Share of embedding rows with a non-zero gradient on one worker, and after summing all "
-                       "emulated workers (zen profile)."),
+                       "Share of embedding rows with a non-zero gradient on one worker (zen profile, backward "
+                       "passes), and after summing the at-scale profile's workers (128 by default: rows from the "
+                       "batches' ids, first and last worker checked against backward)."),
     "fig2_overlap": ("Fig 2: overlap and densification",
                      "(a) distribution of the overlap ratio between two workers' non-zero rows; (b) gamma^n, the "
-                     "union's non-zeros over one worker's, vs the number of workers summed (zen profile)."),
+                     "union's non-zeros over one worker's, vs the number of workers summed, up to the at-scale "
+                     "profile's 128 (zen profile --rows-from ids)."),
     "fig3_skew": ("Fig 3: non-zeros per partition and skewness",
                   "(a) share of one worker's non-zero rows in each of 8 contiguous partitions (what a range-"
                   "partitioned parameter server would get); (b) skewness = max / mean partition load (zen profile)."),
     "fig8_scale": ("Fig 8: algorithmic communication time vs #GPUs",
                    "Busiest rank's received bytes over the link rate, normalised to AllReduce, for 2..128 GPUs "
-                   "(zen scale: exact predicted bytes, checked against the simulation at small sizes)."),
+                   "(zen scale: exact predicted bytes, checked against the simulation at small sizes), on every "
+                   "workload's real trace (128 profiled workers) and on a synthetic zipf pattern at NMT's density."),
     "microbench_sim": ("Microbenchmark, simulated ranks",
                        "Communication time of every scheme divided by AllReduce's, vs the number of ranks, per "
                        "sparsity pattern. Virtual ranks in one process; time = max bytes received by any rank / "
