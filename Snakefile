@@ -34,6 +34,7 @@ localrules:
     all,
     aggregate_profiles,
     aggregate_scale,
+    aggregate_cluster,
     aggregate_microbench,
     aggregate_kernels,
     aggregate_training,

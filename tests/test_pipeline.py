@@ -184,6 +184,31 @@ def test_scale_figure_and_claims(tmp_path):
     assert got[f"{trace}: BP's time at 128 GPUs"]["verdict"] == "match"  # 0.6x against the paper's 0.64x
 
 
+def test_cluster_model_figure_and_claims_label_model_and_error(tmp_path):
+    """Fig 15 by model: the modelled cluster's speedups, the emulated cells next to what training measured, and
+    the model's error where both exist."""
+    model = pd.DataFrame([{"workload": w, "scheme": s, "setting": setting, "world_size": n, "comm_s": t,
+                           "speedup": base / t, "uplink_gbps": 25.0, "local_rate": 3.6e10}
+                          for w in ("lstm", "dlrm")
+                          for setting, n, base in (("model 16x8", 128, 0.06), ("model emulated 4", 4, 1.2))
+                          for s, t in (("allreduce", base), ("zen", base / 6.5))])
+    training = pd.DataFrame([{"workload": w, "scheme": s, "world_size": 4, "comm_ms": ms, "bandwidth": "1gbit"}
+                             for w in ("lstm", "dlrm") for s, ms in (("none", 0.0), ("allreduce", 1000.0),
+                                                                     ("zen", 250.0))])
+    paths = [tmp_path / "cluster.csv", tmp_path / "training.csv"]
+    model.to_csv(paths[0], index=False)
+    training.to_csv(paths[1], index=False)
+    assert figures.main(["fig15_model", "--csv", *map(str, paths), "--out", str(tmp_path / "f15m.png")]) == 0
+    drawn = pd.read_csv(tmp_path / "f15m.csv")
+    emulated = drawn[(drawn["setting"] == "model emulated 4") & (drawn["scheme"] == "zen")]
+    assert list(emulated["error"].round(3)) == [round(1200 / 6.5 / 250 - 1, 3)] * 2
+    assert set(drawn["setting"]) == {"model 16x8", "model emulated 4", "measured emulated 4"}
+    got = {r["claim"]: r for r in claims.cluster_claims({"cluster": model, "training": training})}
+    assert got["Fig 15 (model): LSTM Zen comm-time speedup over AllReduce"]["verdict"] == "match"  # 6.5 vs 6.77
+    assert got["Fig 15 (model): DeepFM Zen comm-time speedup over AllReduce"]["verdict"] == "beat"
+    assert got["Cluster model against measurement: lstm Zen at 4 ranks"]["ours"].endswith("(-26%)")
+
+
 def test_profile_trace_becomes_one_row_space_per_worker(tmp_path, capsys):
     import torch
 

@@ -222,7 +222,10 @@ def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Pa
             tables[key].extend(rows)
     summary = {"workload": name, "preset": preset, "workers": workers, "steps": steps, "seed": seed,
                "update": update, "rows_from": rows_from, "local_batch_size": workload.local_batch_size,
-               "lr": workload.lr, "info": workload.info, **summarize(trace, *tables.values()),
+               "lr": workload.lr, "info": workload.info,
+               "dense_numel": sum(p.numel() for n, p in workload.model.named_parameters()
+                                  if n not in workload.sparse_params),
+               **summarize(trace, *tables.values()),
                "seconds": time.perf_counter() - t0,
                "files": ["profile.json", "workers.csv", "union.csv", "overlap.csv", "traces.pt"]}
     write_outputs(out, summary, tables, trace)

@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "bench": ("zen.bench.cli", "microbenchmark schemes (sim, gloo, nccl) in the spirit of nccl-tests"),
     "model": ("zen.costmodel_cli", "predict bytes and time of every scheme with the cost model"),
     "scale": ("zen.bench.scale", "simulate world sizes 2..128 for every scheme (paper Figure 8 data)"),
+    "cluster": ("zen.bench.cluster", "model a profiled workload's step on a cluster, e.g. 16 x 8 GPUs (Fig 15)"),
     "build": ("zen.native.build", "build the native C++ (and CUDA) kernels"),
     "kernels-bench": ("zen.native.bench", "hashing + encoding throughput of the native kernels"),
     "profile": ("workloads.profile", "record embedding-gradient sparsity of a workload"),

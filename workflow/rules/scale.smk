@@ -66,3 +66,48 @@ rule simulate_scale_trace:
     shell:
         "{ZEN} scale --schemes {params.schemes} --world-sizes {params.world_sizes} --trace {input}"
         " --seed {params.seed} --bandwidth-gbps {params.link_gbps} --csv {output} > {log} 2>&1"
+
+
+def emulated_cells(workload):
+    """The training cells of `workload` the cluster model also predicts (none on loopback: no link rate)."""
+    sizes = config["train"]["grid"].get(workload, [])
+    return [n for n in sizes if n <= UNION_WORKERS] if emulated_bandwidth() else []
+
+
+rule model_cluster:
+    """Fig 15 by model: one step's communication on the configured cluster, from the at-scale profile's exact
+    bytes (zen cluster), plus the same model at the emulated cluster's training cells."""
+    input:
+        RESULTS + "/" + UNION_PROFILE + "/{workload}/profile.json",
+        RESULTS + "/" + UNION_PROFILE + "/{workload}/traces.pt",
+    output:
+        RESULTS + "/cluster/{workload}.csv",
+    log:
+        LOGS + "/model_cluster/{workload}.log",
+    benchmark:
+        BENCHMARKS + "/model_cluster/{workload}.tsv"
+    params:
+        c=config.get("cluster", {}),
+        schemes=csv_list(s for s in config["schemes"] if s != "bp-without-index"),
+        emulated=lambda wildcards: csv_list(emulated_cells(wildcards.workload)),
+        folder=lambda wildcards: f"{RESULTS}/{UNION_PROFILE}/{wildcards.workload}",
+        rate=emulated_bandwidth() or "1gbit",
+    shell:
+        "{ZEN} cluster --profile {params.folder} --schemes {params.schemes} --nodes {params.c[nodes]}"
+        " --gpus-per-node {params.c[gpus_per_node]} --bandwidth {params.c[bandwidth]}"
+        " --intra-bandwidth {params.c[intra_bandwidth]} --local-rate {params.c[local_rate]}"
+        " $(test -n '{params.emulated}' && echo --emulated {params.emulated} --emulated-bandwidth {params.rate})"
+        " --csv {output} > {log} 2>&1"
+
+
+rule aggregate_cluster:
+    input:
+        expand(RESULTS + "/cluster/{workload}.csv", workload=config["profile"]["workloads"]),
+    output:
+        AGG + "/cluster.csv",
+    log:
+        LOGS + "/aggregate_cluster.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_cluster.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"

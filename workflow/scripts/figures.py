@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from common import color, label, marker, save_figure, scheme_order, write_csv
+from matplotlib.ticker import FuncFormatter
 
 
 def _panels(n: int, width: float = 4.2, height: float = 3.4) -> tuple[plt.Figure, list[plt.Axes]]:
@@ -291,6 +292,73 @@ def fig15_comm_speedup(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataF
     return fig, data
 
 
+def cluster_frame(model: pd.DataFrame, training: pd.DataFrame) -> pd.DataFrame:
+    """The cluster model's rows, with the measured training cells they model beside them: setting "model
+    NxK" (the modelled cluster), "model emulated N" and "measured emulated N" (exposed communication per
+    step); `error` is model / measured - 1 where both exist."""
+    rows = model[["workload", "scheme", "setting", "world_size", "comm_s", "speedup"]].assign(
+        comm_ms=lambda d: 1e3 * d["comm_s"]).drop(columns="comm_s")
+    measured = training[training["scheme"] != "none"][["workload", "scheme", "world_size", "comm_ms"]].copy()
+    base = measured[measured["scheme"] == "allreduce"].set_index(["workload", "world_size"])["comm_ms"]
+    measured["speedup"] = [base.get((w, n), np.nan) / c if c and c > 0 else np.nan
+                           for w, n, c in zip(measured["workload"], measured["world_size"], measured["comm_ms"],
+                                              strict=True)]
+    emulated = rows[rows["setting"].str.startswith("model emulated")]
+    measured = measured.merge(emulated[["workload", "scheme", "world_size"]], on=["workload", "scheme", "world_size"])
+    measured["setting"] = "measured emulated " + measured["world_size"].astype(str)
+    data = pd.concat([rows, measured], ignore_index=True)
+    paired = emulated.merge(measured, on=["workload", "scheme", "world_size"], suffixes=("", "_measured"))
+    error = {(w, s, n): m / x - 1 for w, s, n, m, x in zip(paired["workload"], paired["scheme"], paired["world_size"],
+                                                           paired["comm_ms"], paired["comm_ms_measured"], strict=True)
+             if x and x > 0}
+    data["error"] = [error.get((w, s, n)) if str(t).startswith("model emulated") else np.nan
+                     for w, s, n, t in zip(data["workload"], data["scheme"], data["world_size"], data["setting"],
+                                           strict=True)]
+    return data.sort_values(["workload", "setting", "scheme"]).reset_index(drop=True)
+
+
+def fig15_model(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 15 by model: (a) comm-time speedup over AllReduce on the modelled cluster (16 x 8 GPUs, 25 Gbps);
+    (b) the emulated cluster at each workload's largest trained size: measured, and the same model."""
+    data = cluster_frame(*frames)
+    big = data[data["setting"].str.startswith("model") & ~data["setting"].str.contains("emulated")]
+    schemes = scheme_order(data["scheme"])
+    workloads = sorted(data["workload"].unique())
+    fig, (a, b) = plt.subplots(1, 2, figsize=(max(9.0, 2.6 * len(workloads) + 3), 3.9), layout="constrained")
+    width = 0.8 / len(schemes)
+    for k, scheme in enumerate(schemes):
+        cell = big[big["scheme"] == scheme].set_index("workload").reindex(workloads)
+        xs = [i + (k - (len(schemes) - 1) / 2) * width for i in range(len(workloads))]
+        a.bar(xs, cell["speedup"], width=width, color=color(scheme), label=label(scheme))
+    a.set_xticks(range(len(workloads)), workloads)
+    a.set_title(f"(a) model, {big['setting'].iloc[0].removeprefix('model ')} GPUs" if len(big) else "(a) model",
+                fontsize="medium")
+    emulated = data[data["setting"].str.contains("emulated")]
+    largest = emulated.groupby("workload")["world_size"].transform("max")
+    emulated = emulated[emulated["world_size"] == largest]
+    cells = sorted(emulated["workload"].unique())
+    for k, scheme in enumerate(schemes):
+        for kind, hatch in (("measured", None), ("model", "//")):
+            cell = emulated[(emulated["scheme"] == scheme) & emulated["setting"].str.startswith(kind)]
+            cell = cell.set_index("workload").reindex(cells)
+            xs = [i + (k - (len(schemes) - 1) / 2) * width + (width / 4 if kind == "model" else -width / 4)
+                  for i in range(len(cells))]
+            b.bar(xs, cell["speedup"], width=width / 2, color=color(scheme), hatch=hatch,
+                  edgecolor="white" if hatch else None, lw=0)
+    b.set_xticks(range(len(cells)), [f"{w}\n({int(emulated[emulated['workload'] == w]['world_size'].iloc[0])} ranks)"
+                                     for w in cells])
+    b.set_title("(b) emulated cluster: measured (solid) and model (hatched)", fontsize="medium")
+    for ax in (a, b):
+        ax.axhline(1.0, color="black", lw=0.8, ls=":")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}x" if str(v)[0] in "25" else ""))
+        ax.set_ylabel("comm-time speedup over AllReduce (x)")
+        ax.grid(axis="y", alpha=0.3)
+    fig.legend(*a.get_legend_handles_labels(), loc="outside upper center", ncol=len(schemes), frameon=False)
+    return fig, data
+
+
 def fig16_hashing(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     """Fig 16: hashing time vs the memory factor r1 (a) and vs the number of probes k (b)."""
     data = frames[0]
@@ -402,6 +470,7 @@ FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame
     "fig8_scale": fig8_scale,
     "fig11_throughput": fig11_throughput,
     "fig15_comm_speedup": fig15_comm_speedup,
+    "fig15_model": fig15_model,
     "fig16_hashing": fig16_hashing,
     "fig17_pull": fig17_pull,
     "fig18_loss": fig18_loss,
