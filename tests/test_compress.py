@@ -13,13 +13,15 @@ import zen
 from zen.bench.patterns import make_gradient
 from zen.compress import compressors, make_compressor, sparsifiers
 from zen.compress.base import PartContext
-from zen.compress.sign import ScaledSign, pack_signs, unpack_signs
+from zen.compress.qsgd import QSGD
+from zen.compress.sign import pack_signs, unpack_signs
 from zen.compress.topk import exact_topk, sampled_topk
 from zen.launch import spawn
 
 from .test_prediction import compare
 
 SPARSIFIERS = sparsifiers()
+QUANTIZERS = sorted(set(compressors()) - set(SPARSIFIERS))
 
 
 def _inputs(kind: str, P: int, n: int = 3001) -> list[torch.Tensor]:
@@ -63,7 +65,7 @@ def test_error_feedback_keeps_what_was_not_sent(compress: str) -> None:
         sent = grad.clone()
         comp.compress(sent, PartContext("p", 0, step, 2))
         residual = comp.memory["p"]
-        exact = compress != "sign"  # a sparsifier moves values, a quantizer rounds them
+        exact = not comp.own_exchange  # a sparsifier moves values, a quantizer rounds them
         assert torch.allclose(sent + residual, grad + carried, atol=0 if exact else 1e-5)
         assert comp.residual_norm("p") == pytest.approx(float(residual.norm()))
         carried = residual.clone()
@@ -80,12 +82,31 @@ def test_bytes_of_compressed_gradients_match_the_prediction(compress: str, schem
     compare(scheme, tensors)
 
 
-def test_sign_bytes_match_its_prediction_and_codes_round_trip() -> None:
+def test_sign_codes_round_trip() -> None:
     x = torch.randn(1001)
     assert torch.equal(unpack_signs(pack_signs(x), 1001, torch.float32), torch.where(x >= 0, 1.0, -1.0))
+
+
+def test_qsgd_is_unbiased_and_keeps_its_levels() -> None:
+    """QSGD's stochastic rounding: the mean of many codes of one vector is the vector; every element is
+    sign x level x norm / s with a level in 0..s."""
+    x = torch.randn(200, generator=torch.Generator().manual_seed(3))
+    total = torch.zeros(200, dtype=torch.float64)
+    comp = QSGD(levels=16)
+    for i in range(2000):
+        sent = x.clone()
+        comp.compress(sent, PartContext(("p", i), 0, 0, 2))  # a fresh residual each time: the code alone
+        levels = sent.abs() / (x.norm() / 16)
+        assert torch.allclose(levels, levels.round(), atol=1e-3) and float(levels.max()) <= 16 + 1e-3
+        total += sent.double()
+    assert torch.allclose(total / 2000, x.double(), atol=0.05)
+
+
+@pytest.mark.parametrize("compress", QUANTIZERS)
+def test_quantizer_bytes_match_its_prediction(compress: str) -> None:
     for P in (1, 3, 4):
-        res = zen.simulate("allreduce", _inputs("random", P), compress="sign")
-        want = ScaledSign.predict(P, 3001)
+        res = zen.simulate("allreduce", _inputs("random", P), compress=compress)
+        want = type(make_compressor(compress)).predict(P, 3001)
         for r in range(P):
             assert {p: v[r] for p, v in res.phases.items() if v[r] and p != "meta"} == \
                 {p: v for p, v in want.items() if p != "meta"}

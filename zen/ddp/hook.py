@@ -96,8 +96,8 @@ class ZenHookState:
     from the start is caught at once). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
     (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`:
     buckets in flight at once. `asynchronous=False` runs each bucket inside the hook call (no overlap with
-    backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign") of `density`
-    (and `compress_options`) for every dense part, and with `compress_rows` for the embedding rows too
+    backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign", "qsgd") of
+    `density` (and `compress_options`) for every dense part, and with `compress_rows` for the embedding rows too
     (else those keep their natural sparsity); the result is the mean of what the ranks' compressors chose,
     exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`). `ranks_per_node` > 1
     (it must divide the world size; the default group only): the embedding rows take the two-level path
