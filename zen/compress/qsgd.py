@@ -1,9 +1,11 @@
-"""QSGD (Alistarh et al., NeurIPS'17) with error feedback: each rank sends its part's L2 norm and, per element,
-a sign and a level l in 0..s, rounded up or down at random so that the expected code is the error-compensated
-gradient; the residual keeps what the rounding left out. The codes travel as one byte per element (level,
-sign in the top bit: s <= 127) and the norm, by one all-gather (phase `gather`); every rank decodes and adds
-them in rank order with the same arithmetic the sender used, so the result is exactly the sum of the ranks'
-quantized values, the same bits on every rank. A quarter of fp32's volume per rank and peer."""
+"""QSGD (Alistarh et al., NeurIPS'17) with error feedback: the part is cut into buckets of `bucket` elements
+(QSGD's bucketing: its variance grows with sqrt(bucket) / levels, so one norm for a whole part would swamp
+the gradient); each rank sends every bucket's L2 norm and, per element, a sign and a level l in 0..s, rounded
+up or down at random so that the expected code is the error-compensated gradient; the residual keeps what
+the rounding left out. The codes travel as one byte per element (level, sign in the top bit: s <= 127) and a
+float per bucket, by one all-gather (phase `gather`); every rank decodes and adds them in rank order with
+the sender's arithmetic, so the result is exactly the sum of the ranks' quantized values, the same bits on
+every rank. About a quarter of fp32's volume per rank and peer."""
 
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ from zen.types import ZenInputError
 SIGN_BIT = 128
 
 
-def decode(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """sign x level x scale per element (scale = norm / s): what the sender wrote back and every rank adds."""
-    level = codes.bitwise_and(SIGN_BIT - 1).to(torch.float32).mul_(scale.to(codes.device))
+def decode(codes: torch.Tensor, scales: torch.Tensor, bucket: int, dtype: torch.dtype) -> torch.Tensor:
+    """sign x level x its bucket's scale (norm / s) per element: what the sender wrote back and every rank
+    adds."""
+    level = codes.bitwise_and(SIGN_BIT - 1).to(torch.float32)
+    level.mul_(scales.to(codes.device).repeat_interleave(bucket)[: codes.numel()])
     return torch.where(codes >= SIGN_BIT, -level, level).to(dtype)
 
 
@@ -29,11 +33,13 @@ def decode(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torc
 class QSGD(Compressor):
     own_exchange = True
 
-    def __init__(self, density: float = 0.05, levels: int = 16, seed: int = 0) -> None:
+    def __init__(self, density: float = 0.05, levels: int = 16, bucket: int = 128, seed: int = 0) -> None:
         super().__init__(density)
         if not 1 <= levels < SIGN_BIT:
             raise ZenInputError(f"qsgd levels must be in 1..{SIGN_BIT - 1}, got {levels}")
-        self.levels, self.seed = levels, seed
+        if bucket < 1:
+            raise ZenInputError(f"qsgd bucket must be >= 1, got {bucket}")
+        self.levels, self.bucket, self.seed = levels, bucket, seed
         self._gen = torch.Generator().manual_seed(seed)  # the rounding's coins (CPU: any device's parts)
 
     def compress(self, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
@@ -42,28 +48,31 @@ class QSGD(Compressor):
         return LocalGrad(tensor.numel(), 1, tensor.dtype, tensor.device, dense=tensor.view(-1, 1))
 
     def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """`compress`'s work; returns the codes (one byte per element, scale = norm / levels)."""
+        """`compress`'s work; returns the codes (one byte per element) and the buckets' scales (norm / s)."""
         flat = tensor.view(-1)
         acc = self._accumulate(flat, ctx)
-        norm = acc.float().norm()
-        scale = (norm / self.levels).view(1)
-        ratio = acc.abs().float().div_(norm) if bool(norm > 0) else torch.zeros_like(acc, dtype=torch.float32)
-        ratio.mul_(self.levels)
+        n, b = acc.numel(), self.bucket
+        padded = torch.zeros(-(-n // b) * b, dtype=torch.float32, device=acc.device)
+        padded[:n] = acc
+        rows = padded.view(-1, b)
+        norms = rows.norm(dim=1)
+        ratio = rows.abs().div_(torch.where(norms > 0, norms, 1.0).unsqueeze(1)).mul_(self.levels).view(-1)[:n]
         low = ratio.floor()
-        coins = torch.rand(ratio.numel(), generator=self._gen).to(ratio.device)
+        coins = torch.rand(n, generator=self._gen).to(ratio.device)
         level = low.add_(coins < ratio.sub_(low)).clamp_(max=self.levels).to(torch.uint8)
         codes = level.bitwise_or_((acc < 0).to(torch.uint8).mul_(SIGN_BIT))
-        flat.copy_(decode(codes, scale, flat.dtype))
+        scales = norms.div_(self.levels)
+        flat.copy_(decode(codes, scales, b, flat.dtype))
         acc.sub_(flat)
-        return codes, scale
+        return codes, scales
 
-    @staticmethod
-    def predict(world_size: int, numel: int) -> dict[str, int]:
+    def predict(self, world_size: int, numel: int) -> dict[str, int]:
         """Bytes each rank receives per phase for one part of `numel` elements: every peer's codes and
-        scale, and the all-gather's sizes and row counts."""
+        scales, and the all-gather's sizes and row counts."""
         if world_size == 1:
             return {}
-        return {"gather": (world_size - 1) * (numel + 4), "meta": gather_v_meta(world_size, 2)}
+        return {"gather": (world_size - 1) * (numel + 4 * -(-numel // self.bucket)),
+                "meta": gather_v_meta(world_size, 2)}
 
     def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
         raise NotImplementedError("qsgd sends every element")
@@ -74,7 +83,7 @@ class QSGD(Compressor):
         gathered = comm.all_gather_v(self._quantize(tensor, ctx), phase="gather")
         flat = out.view(-1)
         flat.zero_()
-        for codes, scale in gathered:
-            flat.add_(decode(codes, scale, flat.dtype))
+        for codes, scales in gathered:
+            flat.add_(decode(codes, scales, self.bucket, flat.dtype))
         if divisor != 1:
             flat.div_(divisor)
