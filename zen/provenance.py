@@ -6,7 +6,9 @@ pipeline, a plot) never sees a half-written file and can always say which code m
 
 from __future__ import annotations
 
+import csv
 import importlib.metadata
+import io
 import json
 import os
 import platform
@@ -45,6 +47,15 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
             tmp.write_bytes(data)
         else:
             tmp.write_text(data)
+
+
+def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Rows (dicts with the same keys) as a CSV with a header, written atomically."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [])
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path, buf.getvalue())
 
 
 def write_json(path: str | Path, obj: Any, indent: int | None = 1) -> None:

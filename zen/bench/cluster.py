@@ -18,8 +18,6 @@ communication time there:
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import time
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from zen import costmodel, native
 from zen.cli_args import UsageError, positive_int, world_sizes
 from zen.netem import parse_rate
 from zen.prediction import link_class, predict, uplink_bytes
-from zen.provenance import write_atomic
+from zen.provenance import write_csv
 from zen.registry import make_scheme, schemes
 from zen.types import WireLayout
 
@@ -177,9 +175,5 @@ def run(args: argparse.Namespace) -> int:
               f"{1e3 * r['uplink_s']:8.2f}, intra {1e3 * r['intra_s']:6.2f}, local {1e3 * r['local_s']:6.2f})  "
               f"speedup over AllReduce {r['speedup']:6.2f}x")
     if args.csv:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-        write_atomic(args.csv, buf.getvalue())
+        write_csv(args.csv, rows)
     return 0

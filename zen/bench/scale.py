@@ -11,8 +11,6 @@ the link bandwidth, normalised to dense AllReduce. "bp-without-index" is the pap
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 from functools import lru_cache
 from typing import Any
@@ -24,7 +22,7 @@ from zen import costmodel
 from zen.bench.patterns import PATTERNS, index_set, make_gradient
 from zen.cli_args import UsageError, count, world_sizes
 from zen.prediction import predict, totals
-from zen.provenance import write_atomic
+from zen.provenance import write_atomic, write_csv
 from zen.registry import schemes
 from zen.types import WireLayout
 
@@ -140,11 +138,7 @@ def run(args: argparse.Namespace) -> int:
             verify(n, args, names, part)
         print(f"n={n:4d}  " + "  ".join(f"{r['scheme']}={r['normalized']:.3f}" for r in part))
     if args.csv:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
-        write_atomic(args.csv, buf.getvalue())
+        write_csv(args.csv, table)
     if args.json:
         write_atomic(args.json, "".join(json.dumps(r) + "\n" for r in table))
     return 0

@@ -106,5 +106,47 @@ class Compressor(ABC):
         raise NotImplementedError(f"{self.name} is synchronized by a scheme")
 
 
+class Quantizer(Compressor):
+    """A compressor that sends every element in a code that cannot be summed as it is: its own exchange
+    all-gathers the codes (phase `gather`) and every rank decodes and adds them in rank order with the
+    sender's arithmetic, so the sum is exact and the same bits on every rank. A quantizer gives `_quantize`
+    (overwrite the part with the decoded codes, keep the rest as residual, return the codes), `decode` and
+    `predict`."""
+
+    own_exchange = True
+
+    def compress(self, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
+        """Overwrite `tensor` with what the codes decode to; as dense rows: every element is sent."""
+        self._quantize(tensor, ctx)
+        return LocalGrad(tensor.numel(), 1, tensor.dtype, tensor.device, dense=tensor.view(-1, 1))
+
+    @abstractmethod
+    def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, ...]:
+        """`compress`'s work; returns the codes as they travel."""
+
+    @abstractmethod
+    def decode(self, codes: tuple[torch.Tensor, ...], numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """The values a rank's codes stand for (what its `_quantize` wrote back)."""
+
+    @abstractmethod
+    def predict(self, world_size: int, numel: int) -> dict[str, int]:
+        """Bytes each rank receives per phase for one part of `numel` elements (as zen.prediction does for
+        schemes)."""
+
+    def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        raise NotImplementedError(f"{self.name} sends every element")
+
+    def exchange(self, tensor: torch.Tensor, ctx: PartContext, comm: Communicator, out: torch.Tensor,
+                 divisor: int) -> None:
+        """Compress `tensor`, all-gather the codes, write sum / divisor into `out` (may be `tensor`)."""
+        gathered = comm.all_gather_v(self._quantize(tensor, ctx), phase="gather")
+        flat = out.view(-1)
+        flat.zero_()
+        for codes in gathered:
+            flat.add_(self.decode(codes, flat.numel(), flat.dtype))
+        if divisor != 1:
+            flat.div_(divisor)
+
+
 def sorted_ids(ids: torch.Tensor) -> torch.Tensor:
     return ids.sort().values if ids.numel() > 1 else ids

@@ -11,28 +11,16 @@ from __future__ import annotations
 
 import torch
 
-from zen.comm.base import Communicator
 from zen.compress import register_compressor
-from zen.compress.base import Compressor, PartContext
-from zen.grad import LocalGrad
+from zen.compress.base import PartContext, Quantizer
 from zen.prediction import gather_v_meta
 from zen.types import ZenInputError
 
 SIGN_BIT = 128
 
 
-def decode(codes: torch.Tensor, scales: torch.Tensor, bucket: int, dtype: torch.dtype) -> torch.Tensor:
-    """sign x level x its bucket's scale (norm / s) per element: what the sender wrote back and every rank
-    adds."""
-    level = codes.bitwise_and(SIGN_BIT - 1).to(torch.float32)
-    level.mul_(scales.to(codes.device).repeat_interleave(bucket)[: codes.numel()])
-    return torch.where(codes >= SIGN_BIT, -level, level).to(dtype)
-
-
 @register_compressor("qsgd")
-class QSGD(Compressor):
-    own_exchange = True
-
+class QSGD(Quantizer):
     def __init__(self, density: float = 0.05, levels: int = 16, bucket: int = 128, seed: int = 0) -> None:
         super().__init__(density)
         if not 1 <= levels < SIGN_BIT:
@@ -41,11 +29,6 @@ class QSGD(Compressor):
             raise ZenInputError(f"qsgd bucket must be >= 1, got {bucket}")
         self.levels, self.bucket, self.seed = levels, bucket, seed
         self._gen = torch.Generator().manual_seed(seed)  # the rounding's coins (CPU: any device's parts)
-
-    def compress(self, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
-        """Overwrite `tensor` with the decoded codes of the error-compensated gradient; as dense rows."""
-        self._quantize(tensor, ctx)
-        return LocalGrad(tensor.numel(), 1, tensor.dtype, tensor.device, dense=tensor.view(-1, 1))
 
     def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, torch.Tensor]:
         """`compress`'s work; returns the codes (one byte per element) and the buckets' scales (norm / s)."""
@@ -62,28 +45,20 @@ class QSGD(Compressor):
         level = low.add_(coins < ratio.sub_(low)).clamp_(max=self.levels).to(torch.uint8)
         codes = level.bitwise_or_((acc < 0).to(torch.uint8).mul_(SIGN_BIT))
         scales = norms.div_(self.levels)
-        flat.copy_(decode(codes, scales, b, flat.dtype))
+        flat.copy_(self.decode((codes, scales), n, flat.dtype))
         acc.sub_(flat)
         return codes, scales
 
+    def decode(self, codes: tuple[torch.Tensor, ...], numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """sign x level x its bucket's scale (norm / s) per element."""
+        levels, scales = codes
+        value = levels.bitwise_and(SIGN_BIT - 1).to(torch.float32)
+        value.mul_(scales.to(levels.device).repeat_interleave(self.bucket)[:numel])
+        return torch.where(levels >= SIGN_BIT, -value, value).to(dtype)
+
     def predict(self, world_size: int, numel: int) -> dict[str, int]:
-        """Bytes each rank receives per phase for one part of `numel` elements: every peer's codes and
-        scales, and the all-gather's sizes and row counts."""
+        """Every peer's codes and scales, and the all-gather's sizes and row counts."""
         if world_size == 1:
             return {}
         return {"gather": (world_size - 1) * (numel + 4 * -(-numel // self.bucket)),
                 "meta": gather_v_meta(world_size, 2)}
-
-    def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
-        raise NotImplementedError("qsgd sends every element")
-
-    def exchange(self, tensor: torch.Tensor, ctx: PartContext, comm: Communicator, out: torch.Tensor,
-                 divisor: int) -> None:
-        """Compress `tensor`, all-gather the codes, write sum / divisor into `out` (may be `tensor`)."""
-        gathered = comm.all_gather_v(self._quantize(tensor, ctx), phase="gather")
-        flat = out.view(-1)
-        flat.zero_()
-        for codes, scales in gathered:
-            flat.add_(decode(codes, scales, self.bucket, flat.dtype))
-        if divisor != 1:
-            flat.div_(divisor)

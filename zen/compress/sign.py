@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from zen.comm.base import Communicator
 from zen.compress import register_compressor
-from zen.compress.base import Compressor, PartContext
-from zen.grad import LocalGrad
+from zen.compress.base import PartContext, Quantizer
 from zen.prediction import gather_v_meta
 
 _BITS = 2 ** torch.arange(8, dtype=torch.uint8)
@@ -33,44 +31,24 @@ def unpack_signs(packed: torch.Tensor, numel: int, dtype: torch.dtype) -> torch.
 
 
 @register_compressor("sign")
-class ScaledSign(Compressor):
-    own_exchange = True
-
-    def compress(self, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
-        """Overwrite `tensor` with scale x sign of the error-compensated gradient (the residual keeps the
-        rest); as dense rows: every element is sent."""
-        self._quantize(tensor, ctx)
-        return LocalGrad(tensor.numel(), 1, tensor.dtype, tensor.device, dense=tensor.view(-1, 1))
-
+class ScaledSign(Quantizer):
     def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """`compress`'s work; returns the codes (packed signs, scale)."""
+        """scale x sign of the error-compensated gradient into `tensor`; returns (packed signs, scale)."""
         flat = tensor.view(-1)
         acc = self._accumulate(flat, ctx)
         scale = acc.abs().mean()
         codes = (pack_signs(acc), scale.view(1).to(torch.float32))
-        torch.mul(torch.where(acc >= 0, 1.0, -1.0).to(acc.dtype), scale, out=flat)
+        flat.copy_(self.decode(codes, flat.numel(), flat.dtype))
         acc.sub_(flat)
         return codes
 
-    @staticmethod
-    def predict(world_size: int, numel: int) -> dict[str, int]:
-        """Bytes each rank receives per phase for one part of `numel` elements (as zen.prediction does for
-        schemes): every peer's packed signs and scale, and the all-gather's sizes and row counts."""
+    def decode(self, codes: tuple[torch.Tensor, ...], numel: int, dtype: torch.dtype) -> torch.Tensor:
+        packed, scale = codes
+        return unpack_signs(packed, numel, dtype).mul_(scale.to(dtype=dtype, device=packed.device))
+
+    def predict(self, world_size: int, numel: int) -> dict[str, int]:
+        """Every peer's packed signs and scale, and the all-gather's sizes and row counts."""
         if world_size == 1:
             return {}
         return {"gather": (world_size - 1) * ((numel + 7) // 8 + 4),
                 "meta": gather_v_meta(world_size, 2)}
-
-    def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
-        raise NotImplementedError("sign sends every element")
-
-    def exchange(self, tensor: torch.Tensor, ctx: PartContext, comm: Communicator, out: torch.Tensor,
-                 divisor: int) -> None:
-        """Compress `tensor`, all-gather the codes, write sum / divisor into `out` (may be `tensor`)."""
-        codes = comm.all_gather_v(self._quantize(tensor, ctx), phase="gather")
-        flat = out.view(-1)
-        flat.zero_()
-        for packed, scale in codes:
-            flat.add_(unpack_signs(packed, flat.numel(), flat.dtype), alpha=float(scale))
-        if divisor != 1:
-            flat.div_(divisor)
