@@ -14,8 +14,6 @@ traces.pt (int32 row ids per step, worker and parameter, for replay in simulatio
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import logging
 import statistics
@@ -29,7 +27,7 @@ import torch
 
 from workloads import sparsity
 from workloads.base import PRESETS, Workload, build_workload, workload_names
-from zen.provenance import atomic_file, write_atomic
+from zen.provenance import atomic_file, write_atomic, write_csv
 
 log = logging.getLogger(__name__)
 SKEW_PARTS = (8, 128)
@@ -135,8 +133,8 @@ def step_rows(trace: Trace, step: int) -> tuple[list[dict], list[dict], list[dic
     m = trace.num_rows
     sets = [trace.stacked(step, w) for w in range(len(trace.indices[step]))]
     workers = []
+    losses = trace.losses[step]  # none when the rows came from batch ids
     for w, s in enumerate(sets):
-        losses = trace.losses[step]
         row = {"step": step, "worker": w, "nnz": s.numel(), "density": sparsity.density(s, m),
                "loss": losses[w] if losses else float("nan")}
         row.update({f"skew{p}": sparsity.skewness(s, m, p) for p in SKEW_PARTS})
@@ -186,19 +184,10 @@ def summarize(trace: Trace, workers: list[dict], unions: list[dict], pairs: list
     }
 
 
-def _csv_text(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [])
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
-
-
 def write_outputs(out: Path, summary: dict[str, Any], tables: dict[str, list[dict]], trace: Trace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in tables.items():
-        text = _csv_text(rows)
-        write_atomic(out / f"{name}.csv", text)
+        write_csv(out / f"{name}.csv", rows)
     payload = {"params": trace.params, "indices": trace.indices, "losses": trace.losses}
     with atomic_file(out / "traces.pt") as tmp:
         torch.save(payload, tmp)

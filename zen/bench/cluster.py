@@ -26,8 +26,9 @@ from typing import Any
 
 import torch
 
-from zen import costmodel, native
+from zen import costmodel
 from zen.cli_args import UsageError, positive_int, world_sizes
+from zen.grad import extract_rows
 from zen.netem import parse_rate
 from zen.prediction import link_class, predict, uplink_bytes
 from zen.provenance import write_csv
@@ -53,16 +54,15 @@ class Cluster:
 
 
 def measure_local_rate(numel: int = 1 << 24, width: int = 64, density: float = 0.01, repeats: int = 5) -> float:
-    """Elements per second of this machine's native one-pass row extraction (the PyTorch fallback when the
-    native kernels are not built), median of `repeats`."""
+    """Elements per second of this machine's row extraction (`zen.grad.extract_rows`: the native one-pass
+    kernel, or its PyTorch fallback), median of `repeats`."""
     rows = numel // width
     dense = torch.empty(rows, width).zero_()  # written: untouched zero pages would be read from cache
     dense[torch.randperm(rows)[: max(1, int(rows * density))]] = 1.0
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        if native.nonzero_rows(dense) is None:
-            dense.ne(0).any(dim=1).nonzero()
+        extract_rows(dense)
         times.append(time.perf_counter() - start)
     return numel / sorted(times)[len(times) // 2]
 
@@ -165,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"the profile has {workers} workers: too few for {max([cl.world_size, *args.emulated])} "
                          f"ranks")
     rows = table(names, params, sets, dense_numel, cl, f"model {cl.nodes}x{cl.gpus_per_node}")
-    here = measure_local_rate() if args.emulated else 0.0
+    here = 0.0  # this machine's rate, for the emulated cells: measured once
+    if args.emulated:
+        here = cl.local_rate if args.local_rate == "measure" else measure_local_rate()
     for n in args.emulated:
         rows += table(names, params, sets, dense_numel, Cluster(n, 1, emulated_bps, intra, here),
                       f"model emulated {n}")

@@ -102,14 +102,15 @@ class CommWorker:
                                                f"{self.fault.failure}"))
             return
         running: torch.futures.Future[None] = self.fault.track(torch.futures.Future())
+        failure = None
         try:
             job()
         except BaseException as exc:  # noqa: BLE001 - every error must reach DDP through the future
-            self.fault.record(exc)
-            running.set_result(None)
-            self.fault.fail(done, exc)
-            return
-        running.set_result(None)
+            failure = exc
+        running.set_result(None)  # ended: what fails next need not wait for this job
+        if failure is not None:
+            self.fault.record(failure)
+            self.fault.fail(done, failure)
 
 
 def _fail(done: torch.futures.Future, exc: BaseException) -> None:
