@@ -74,16 +74,17 @@ def test_lossless_and_bytes_as_predicted_sim(scheme: str, P: int, k: int, intra:
             assert all(link_class(p) in ("intra", "inter", "world") for p in want)
 
 
+@pytest.mark.parametrize("intra", ["dense", "sparse"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
-def test_in_place_mean_and_dtypes_sim(dtype: torch.dtype) -> None:
+def test_in_place_mean_and_dtypes_sim(dtype: torch.dtype, intra: str) -> None:
     """In place (DDP's buckets) with a divisor equals out of place divided, bit for bit, for every rank."""
     P, k = 6, 2
     tensors = [one_full_case(r, P, dtype) for r in range(P)]
     total, magnitude = reference_sum(tensors)
-    apart = zen.simulate("zen", tensors, ranks_per_node=k)
+    apart = zen.simulate("zen", tensors, ranks_per_node=k, intra=intra)
     assert all(matches_reference(o, total, magnitude, P) for o in apart.outputs)
     inputs = [t.clone() for t in tensors]
-    mean = zen.simulate("zen", inputs, outs=inputs, divisor=P, ranks_per_node=k)
+    mean = zen.simulate("zen", inputs, outs=inputs, divisor=P, ranks_per_node=k, intra=intra)
     for o, m, t in zip(apart.outputs, mean.outputs, inputs, strict=True):
         assert m.data_ptr() == t.data_ptr() and torch.equal(m, o / P)
 
@@ -146,7 +147,7 @@ def test_bench_sim_two_level_row() -> None:
 BYTE_SCHEMES = ["agsparse", "allreduce", "zen-hc", "sparcml"]  # bytes independent of a per-group hash seed
 
 
-def real_ranks(k: int, schemes: list[str], bad_k: int) -> dict[str, Any]:
+def real_ranks(k: int, schemes: list[str], bad_k: int, intra: str) -> dict[str, Any]:
     """Rank body: per case and scheme, whether zen.allreduce(..., ranks_per_node=k) is right and a digest
     of it; the received bytes per phase of one steady-state sync; what a bad ranks_per_node raised."""
     import torch.distributed as dist
@@ -157,7 +158,7 @@ def real_ranks(k: int, schemes: list[str], bad_k: int) -> dict[str, Any]:
     from zen.twolevel import dist_node_comms
 
     rank, P = dist.get_rank(), dist.get_world_size()
-    comm, nodes = DistComm(), dist_node_comms(k)
+    comm, nodes = DistComm(), dist_node_comms(k, mode=intra)
     report: dict[str, Any] = {}
     for case, make in TWO_LEVEL_CASES.items():
         tensors = [make(r, P, torch.float32) for r in range(P)]
@@ -165,7 +166,7 @@ def real_ranks(k: int, schemes: list[str], bad_k: int) -> dict[str, Any]:
         rows = case == "matrix"
         for scheme in schemes:
             for _ in range(3):  # zen measures on two calls, times HC on the third, then keeps its choice
-                out = zen.allreduce(tensors[rank], scheme, rows=rows, ranks_per_node=k)
+                out = zen.allreduce(tensors[rank], scheme, rows=rows, ranks_per_node=k, intra=intra)
             digest = out.double().flatten().mul(torch.arange(out.numel()) % 89 + 1).sum().item()
             report[f"{scheme}/{case}"] = (matches_reference(out, total, magnitude, P), digest)
         for scheme in BYTE_SCHEMES:
@@ -186,10 +187,11 @@ def _error_of(fn: Any) -> str:
     return "no error"
 
 
+@pytest.mark.parametrize("intra", ["dense", "sparse"])
 @pytest.mark.parametrize(("P", "k", "bad_k"), [(4, 2, 3), (6, 2, 4)], ids=["2x2", "3x2"])
-def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int) -> None:
+def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int, intra: str) -> None:
     schemes = ["zen", "zen-bp", "agsparse", "allreduce"]
-    reports = spawn("tests.test_twolevel:real_ranks", P, {"k": k, "schemes": schemes, "bad_k": bad_k},
+    reports = spawn("tests.test_twolevel:real_ranks", P, {"k": k, "schemes": schemes, "bad_k": bad_k, "intra": intra},
                     timeout_s=600)
     for case, make in TWO_LEVEL_CASES.items():
         tensors = [make(r, P, torch.float32) for r in range(P)]
@@ -198,7 +200,7 @@ def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int) -> None:
             assert all(rep[key][0] for rep in reports), f"{key}: wrong sum"
             assert len({rep[key][1] for rep in reports}) == 1, f"{key}: ranks differ"
         for scheme in BYTE_SCHEMES:
-            want = _expected(scheme, tensors, case == "matrix", k)
+            want = _expected(scheme, tensors, case == "matrix", k, intra)
             for r, rep in enumerate(reports):
                 assert rep[f"bytes/{scheme}/{case}"] == want[r], f"{scheme}/{case} rank {r}"
     for rep in reports:
@@ -209,7 +211,8 @@ def test_ddp_hook_two_level_trains_like_allreduce() -> None:
     """Embedding rows two-level (dense tables), COO gradients flat beside it: DDP's losses and parameters."""
     two = {"ranks_per_node": 2}
     cases = [{"scheme": "ddp"}, {"scheme": "zen", "hook": two}, {"scheme": "agsparse", "hook": two},
-             {"scheme": "zen", "sparse": True, "hook": two}, {"scheme": "zen", "hook": {**two, "asynchronous": False}}]
+             {"scheme": "zen", "sparse": True, "hook": two}, {"scheme": "zen", "hook": {**two, "asynchronous": False}},
+             {"scheme": "zen", "hook": {**two, "intra": "sparse"}}]
     per_rank = spawn("tests.ddp_cases:variants", 4, {"cases": cases}, timeout_s=600)
     reference = per_rank[0][0]
     for i, case in enumerate(cases):
@@ -218,7 +221,7 @@ def test_ddp_hook_two_level_trains_like_allreduce() -> None:
         assert got["checksum"] == pytest.approx(reference["checksum"], rel=1e-5), case
         assert got["losses"] == pytest.approx(reference["losses"], rel=1e-5, abs=1e-5), case
     two_level = [any(p.startswith("intra:") for p in ranks[0]["phases"]) for ranks in zip(*per_rank, strict=True)]
-    assert two_level == [False, True, True, False, True]  # DDP itself, and COO gradients flat
+    assert two_level == [False, True, True, False, True, True]  # DDP itself, and COO gradients flat
 
 
 # ---- emulated cluster ------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -70,7 +70,8 @@ def _sync(make: Callable[[], Scheme], config: str, tensor: torch.Tensor, comm: C
             refuse_sparse(tensor, sparse_result)
             if compressor is not None:
                 raise ZenInputError("a compressor with two-level sync is not supported; sync flat")
-        grad = prepare(scheme, tensor, rows, extract=nodes is None, compressor=compressor, ctx=ctx)
+        grad = prepare(scheme, tensor, rows, extract=nodes is None or nodes.mode == "sparse", compressor=compressor,
+                       ctx=ctx)
         output = make_output(tensor, grad, out, divisor, sparse_result)
     except ZenInputError as local:
         if validate and comm.world_size > 1:
@@ -97,9 +98,10 @@ def _share_failure(local: ZenInputError, tensor: torch.Tensor, config: str, comm
 def prepare(scheme: Scheme, tensor: torch.Tensor, rows: bool = False, extract: bool = True,
             compressor: Compressor | None = None, ctx: PartContext | None = None) -> LocalGrad:
     """`tensor` as this rank's rows, the non-zero ones extracted (once) if the scheme sends rows and
-    `extract` (two-level sync extracts them from its shard of the node sum instead). A sparsifier
-    overwrites `tensor` with its choice and hands its rows over as they are (a quantizer compresses in
-    its own exchange: the input is checked as it is, and no scheme reads its rows)."""
+    `extract` (two-level sync with dense node steps extracts them from its shard of the node sum instead;
+    sparse node steps send the rank's own rows, so it extracts them here). A sparsifier overwrites `tensor`
+    with its choice and hands its rows over as they are (a quantizer compresses in its own exchange: the
+    input is checked as it is, and no scheme reads its rows)."""
     if compressor is not None:
         if ctx is None or tensor.layout != torch.strided:
             raise ZenInputError("a compressor needs a dense tensor and a PartContext (ctx=)")
@@ -151,9 +153,10 @@ def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None) -> Dist
 
 
 def _node_comms(comm: DistComm, group: dist.ProcessGroup | None, ranks_per_node: int,
-                timeout_s: float | None) -> NodeComms | None:
+                timeout_s: float | None, intra: str = "dense") -> NodeComms | None:
     """The sub-groups of two-level allreduce, made at the first call with this `ranks_per_node` (every rank
-    makes the same calls, so every rank creates them in the same order); None for flat (1)."""
+    makes the same calls, so every rank creates them in the same order; both `intra` modes share them);
+    None for flat (1)."""
     nodes_of(comm.world_size, ranks_per_node)
     if ranks_per_node == 1:
         return None
@@ -162,12 +165,14 @@ def _node_comms(comm: DistComm, group: dist.ProcessGroup | None, ranks_per_node:
     key = (comm, ranks_per_node)
     if key not in _NODES:
         _NODES[key] = dist_node_comms(ranks_per_node, timeout_s)
-    return _NODES[key]
+    return replace(_NODES[key], mode=intra)
 
 
-def _cached_scheme(name: str, comm: DistComm, options: dict[str, Any], ranks_per_node: int = 1) -> Scheme:
-    """One instance per communicator and layout: a two-level instance's per-size state is about shards."""
-    key = (name, comm, tuple(sorted(options.items())), ranks_per_node)
+def _cached_scheme(name: str, comm: DistComm, options: dict[str, Any], layout: tuple[int, str] = (1, "dense")
+                   ) -> Scheme:
+    """One instance per communicator and layout (ranks per node, node steps): a two-level instance's
+    per-size state is about shards."""
+    key = (name, comm, tuple(sorted(options.items())), layout)
     if key not in _SCHEMES:
         _SCHEMES[key] = make_scheme(name, **options)
     return _SCHEMES[key]
@@ -176,7 +181,7 @@ def _cached_scheme(name: str, comm: DistComm, options: dict[str, Any], ranks_per
 def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGroup | None = None, *,
               out: torch.Tensor | None = None, validate: bool = True, timeout_s: float | None = None,
               rows: bool = False, sparse_result: bool = False, tag: int | str | None = None,
-              ranks_per_node: int = 1, **options: Any) -> torch.Tensor:
+              ranks_per_node: int = 1, intra: str = "dense", **options: Any) -> torch.Tensor:
     """SUM of `tensor` over the ranks of `group`, same shape and dtype, on every rank: dense, or with
     `sparse_result` a coalesced COO tensor over the rows any rank has.
 
@@ -186,10 +191,11 @@ def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGrou
     that skipped or added a call then raises ZenInputError on every rank at its next call, where without a
     tag its next call would pair with the others' previous one. `ranks_per_node` > 1 (the same on every
     rank, dividing the world size; the default group only): two-level sync, dense inside each node of that
-    many consecutive ranks, `scheme` across nodes (zen.twolevel). See `sync` for the rest."""
+    many consecutive ranks, `scheme` across nodes (zen.twolevel; `intra`: its node steps, "dense" or "sparse").
+    See `sync` for the rest."""
     comm = _dist_comm(group, timeout_s)
-    nodes = _node_comms(comm, group, ranks_per_node, timeout_s)
-    return _sync(lambda: _cached_scheme(scheme, comm, options, ranks_per_node),
+    nodes = _node_comms(comm, group, ranks_per_node, timeout_s, intra)
+    return _sync(lambda: _cached_scheme(scheme, comm, options, (ranks_per_node, intra)),
                  f"{scheme_config(scheme, options)}|tag={tag}", tensor, comm, out, validate, 1, rows, sparse_result,
                  True, nodes=nodes)[0]
 

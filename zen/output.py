@@ -164,7 +164,7 @@ class RowsOutput(Output):
 
     def write(self, sets: list[RowSet], disjoint: bool = False) -> None:
         self._dense = None
-        self._rows = _union(sets, disjoint, self.like, self.shape[1])
+        self._rows = union_rows(sets, self.like, self.shape[1], disjoint)
 
     def rows(self) -> RowSet:
         """(ascending int64 row ids, their (n, D) sums divided by the divisor)."""
@@ -182,7 +182,7 @@ class RowsOutput(Output):
                                        is_coalesced=True, check_invariants=False)
 
 
-def _union(sets: list[RowSet], disjoint: bool, like: torch.Tensor, width: int) -> RowSet:
+def union_rows(sets: list[RowSet], like: torch.Tensor, width: int, disjoint: bool = False) -> RowSet:
     """Ascending union of row sets, rows summed in list order (the same float operations as streaming
     them onto zeros in that order, but for the sign of a zero)."""
     sets = [(i, v) for i, v in sets if i.numel()]

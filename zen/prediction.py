@@ -15,7 +15,7 @@ import torch
 from zen.comm.base import COUNT_BYTES, FIXED_SLOTS, HEAD_BYTES
 from zen.grad import to_local_grad
 from zen.registry import Scheme, make_scheme
-from zen.twolevel import INTER, INTRA, nodes_of, shard_bounds
+from zen.twolevel import INTER, INTRA, interleaved_rows, nodes_of, shard_bounds
 from zen.types import PhaseBytes, WireLayout
 
 FIXED_BYTES = 8 * FIXED_SLOTS  # one rank's part of a fixed all-gather (zen.comm.base)
@@ -74,47 +74,51 @@ def totals(per_rank: list[PhaseBytes]) -> list[int]:
 
 def two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int,
               intra: str = "dense") -> list[PhaseBytes]:
-    """Per rank, per phase, the bytes of zen.twolevel (input check aside). Inside the node, dense: the
-    reduce-scatter brings k - 1 copies of the rank's shard, the all-gather the other shards, (k-1)/k of
-    the tensor each when k divides it; sparse: the other ranks' non-zero rows of the rank's shard, and
-    every other shard's rows of the result (the union of all ranks' sets there), as COO rows. Across nodes:
-    `scheme.predict` on each shard, over the nodes' sets there, the union of their ranks' sets (exact unless
-    values cancel to zero)."""
+    """Per rank, per phase, the bytes of zen.twolevel (input check aside). Inside the node, dense (contiguous
+    shards): the reduce-scatter brings k - 1 copies of the rank's shard, the all-gather the other shards,
+    (k-1)/k of the tensor each when k divides it; sparse (interleaved shards): the other ranks' non-zero rows
+    of the rank's shard, and every other shard's rows of the result (the union of all ranks' sets there), as
+    COO rows. Across nodes: `scheme.predict` on each shard, over the nodes' sets there, the union of their
+    ranks' sets (exact unless values cancel to zero)."""
     k, P = ranks_per_node, layout.world_size
     nodes = nodes_of(P, k)
-    bounds = shard_bounds(layout.rows, k)
     got: list[PhaseBytes] = [{} for _ in range(P)]
-    for j, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        node_sets = [torch.unique(torch.cat([s[(s >= lo) & (s < hi)] - lo for s in sets[n * k : (n + 1) * k]]))
-                     for n in range(nodes)]
-        shard = replace(layout, world_size=nodes, rows=hi - lo, index_bytes=4 if hi - lo < 2**31 else 8)
-        across = scheme.predict(node_sets, shard) if hi > lo else [{} for _ in range(nodes)]
+    for j in range(k):
+        local, rows = _shard(sets, layout.rows, k, j, intra)
+        node_sets = [torch.unique(torch.cat(local[n * k : (n + 1) * k])) for n in range(nodes)]
+        shard = replace(layout, world_size=nodes, rows=rows, index_bytes=4 if rows < 2**31 else 8)
+        across = scheme.predict(node_sets, shard) if rows else [{} for _ in range(nodes)]
         for n in range(nodes):
             phases = got[n * k + j]
             phases.update({INTER + p: v for p, v in across[n].items()})
-            phases.update(_intra_dense(layout, lo, hi, k) if intra == "dense" else
-                          _intra_sparse(layout, sets, bounds, n, j, k))
+            phases.update(_intra_dense(layout, rows, k) if intra == "dense" else
+                          _intra_sparse(layout, sets, n, j, k))
     return got
 
 
-def _intra_dense(layout: WireLayout, lo: int, hi: int, k: int) -> PhaseBytes:
+def _shard(sets: list[torch.Tensor], rows: int, k: int, j: int, intra: str) -> tuple[list[torch.Tensor], int]:
+    """Every rank's set within shard j (ids local to the shard) and the shard's rows: contiguous blocks for
+    dense node steps, interleaved rows (r % k == j, as r // k) for sparse ones."""
+    if intra == "dense":
+        bounds = shard_bounds(rows, k)
+        lo, hi = bounds[j], bounds[j + 1]
+        return [s[(s >= lo) & (s < hi)] - lo for s in sets], hi - lo
+    return [s[s % k == j] // k for s in sets], interleaved_rows(rows, k, j)
+
+
+def _intra_dense(layout: WireLayout, rows: int, k: int) -> PhaseBytes:
     row_bytes = layout.width * layout.value_bytes
-    return {INTRA + "reduce_scatter": (k - 1) * (hi - lo) * row_bytes,
-            INTRA + "all_gather": (layout.rows - (hi - lo)) * row_bytes,
+    return {INTRA + "reduce_scatter": (k - 1) * rows * row_bytes,
+            INTRA + "all_gather": (layout.rows - rows) * row_bytes,
             INTRA + "meta": count_meta(k, 1) + gather_v_meta(k, 1)}
 
 
-def _intra_sparse(layout: WireLayout, sets: list[torch.Tensor], bounds: list[int], n: int, j: int, k: int
-                  ) -> PhaseBytes:
+def _intra_sparse(layout: WireLayout, sets: list[torch.Tensor], n: int, j: int, k: int) -> PhaseBytes:
     """Local rank j of node n: its node peers' rows in shard j, and the result's rows in every other shard."""
     row = 4 + layout.width * layout.value_bytes  # int32 id within the shard, then the row
-
-    def count(s: torch.Tensor, shard: int) -> int:
-        return int(((s >= bounds[shard]) & (s < bounds[shard + 1])).sum())
-
     union = torch.unique(torch.cat(sets))
-    pushed = sum(count(sets[n * k + i], j) for i in range(k) if i != j)
-    pulled = sum(count(union, i) for i in range(k) if i != j)
+    pushed = sum(int((sets[n * k + i] % k == j).sum()) for i in range(k) if i != j)
+    pulled = int((union % k != j).sum())
     return {INTRA + "reduce_scatter": pushed * row, INTRA + "all_gather": pulled * row,
             INTRA + "meta": count_meta(k, 2) + gather_v_meta(k, 2)}
 

@@ -15,9 +15,13 @@ scheme, bit-identical on the group's ranks, and the all-gather copies those bits
 same sum.
 
 `intra="sparse"` replaces both dense node steps by sparse ones, for nodes whose local link is not much faster
-than their uplink (the emulated cluster's loopback on a few shared cores, unlike NVLink): each rank sends
-local rank j only its non-zero rows of shard j (an all_to_all_v of COO rows), and the all-gather carries each
-shard's non-zero rows of the result. Same sums, same bits: the parts are added in local-rank order either way.
+than their uplink (the emulated cluster's loopback on a few shared cores, unlike NVLink). Its shards are
+interleaved, not contiguous: row r belongs to shard r % k, as row r // k there (`interleaved_rows`), so a skewed
+gradient (hot rows at low ids, as in a zipf table) spreads evenly over the k inter-node groups instead of
+loading one. Both steps carry rows only, never a dense shard: each rank sends local rank j its non-zero rows of
+shard j (an all_to_all_v of COO rows), which merges them in local-rank order into the node's shard rows; the
+scheme syncs those into a rows result (`RowsOutput`), and the all-gather carries each shard's result rows. Same
+sums, same bits on every rank.
 
 Bytes land in the call's SyncStats under phase names that say the link class: "intra:" (reduce_scatter,
 all_gather and their meta) and "inter:" (the scheme's own phases: push, pull, ...); the input check runs
@@ -36,8 +40,8 @@ import torch.distributed as dist
 from zen.comm.base import Communicator, ring_chunk
 from zen.comm.dist import DistComm, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
-from zen.grad import LocalGrad, extract_rows, to_local_grad
-from zen.output import DenseOutput, make_output
+from zen.grad import LocalGrad, to_local_grad
+from zen.output import DenseOutput, RowSet, RowsOutput, make_output, union_rows
 from zen.registry import Scheme
 from zen.types import SyncStats, ZenInputError
 
@@ -129,20 +133,30 @@ def sim_node_comms(group: SimGroup, ranks_per_node: int, mode: str = "dense"
     return comms
 
 
+def interleaved_rows(rows: int, shards: int, j: int) -> int:
+    """How many of `rows` rows shard j of `shards` interleaved ones holds (rows j, j + shards, ...)."""
+    return max(rows - j + shards - 1, 0) // shards
+
+
 def two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutput, stats: SyncStats) -> None:
     """The sum over every rank of `grad` (dense rows) into `out.buffer`, divided by `out.divisor`: reduce-
-    scatter in the node, `scheme` across nodes on this rank's shard (divided there, 1/k of the work), then
-    all-gather in the node."""
+    scatter in the node, `scheme` across nodes on this rank's shard, then all-gather in the node. Dense node
+    steps divide in the shard (1/k of the work), sparse ones while the gathered rows are written."""
     intra, inter = comms.intra, comms.inter
     intra.traffic, inter.traffic = stats.traffic.under(INTRA), stats.traffic.under(INTER)
     assert grad.dense is not None
-    bounds = shard_bounds(grad.num_rows, intra.world_size)
-    sparse = comms.mode == "sparse"
-    shard = (sparse_reduce_scatter if sparse else reduce_scatter)(grad, bounds, intra)
-    if shard.shape[0]:  # the same on every node: shard sizes depend only on the (checked) shape
-        shard = _sync_shard(scheme, shard, inter, out.divisor, stats)
-    (sparse_all_gather if sparse else all_gather)(shard, bounds, intra, out.buffer)
-    out.divided = True
+    if comms.mode == "sparse":
+        rows = sparse_reduce_scatter(grad, intra)
+        # the same on every node: shard sizes depend only on the (checked) shape
+        empty = not rows.num_rows
+        sparse_all_gather(rows.rows() if empty else _sync_shard_rows(scheme, rows, inter, stats), intra, out)
+    else:
+        bounds = shard_bounds(grad.num_rows, intra.world_size)
+        shard = reduce_scatter(grad, bounds, intra)
+        if shard.shape[0]:
+            shard = _sync_shard(scheme, shard, inter, out.divisor, stats)
+        all_gather(shard, bounds, intra, out.buffer)
+        out.divided = True
 
 
 def all_gather(shard: torch.Tensor, bounds: list[int], intra: Communicator, out: torch.Tensor) -> None:
@@ -151,30 +165,54 @@ def all_gather(shard: torch.Tensor, bounds: list[int], intra: Communicator, out:
         out[bounds[j] : bounds[j + 1]].copy_(values)
 
 
-def sparse_all_gather(shard: torch.Tensor, bounds: list[int], intra: Communicator, out: torch.Tensor) -> None:
-    """The same with each shard's non-zero rows only (int32 ids within the shard, and their values); `out`
-    is the (rows, width) result."""
-    ids, values = extract_rows(shard.reshape(shard.shape[0], out.shape[1]))
+def sparse_all_gather(result: RowSet, intra: Communicator, out: DenseOutput) -> None:
+    """Every interleaved shard's result rows (int32 ids within the shard, and their undivided sums) from its
+    local rank, written into `out` as disjoint row sets (rows id * k + j): one streaming pass that divides
+    on the way (`DenseOutput.write`), the same bits on every rank."""
+    ids, values = result
     gathered = intra.all_gather_v((ids.to(torch.int32), values), phase="all_gather")
-    out.zero_()
-    for j, (part_ids, part_values) in enumerate(gathered):
-        out[bounds[j] : bounds[j + 1]].index_copy_(0, part_ids.long(), part_values)
+    k = intra.world_size
+    out.write([(_global_ids(part_ids.long(), k, j), part_values) for j, (part_ids, part_values) in enumerate(gathered)],
+              disjoint=True)
 
 
-def sparse_reduce_scatter(grad: LocalGrad, bounds: list[int], intra: Communicator) -> torch.Tensor:
-    """`reduce_scatter` with COO rows: local rank j gets each rank's non-zero rows of shard j (int32 ids
-    within the shard) and adds them into a zero shard in local-rank order."""
+def sparse_reduce_scatter(grad: LocalGrad, intra: Communicator) -> LocalGrad:
+    """This rank's interleaved shard summed over its node, as rows: local rank j gets each rank's non-zero
+    rows of shard j (int32 ids within the shard) and merges them in local-rank order."""
     ids, values = grad.rows()
-    cuts = torch.searchsorted(ids, torch.tensor(bounds, dtype=ids.dtype, device=ids.device)).tolist()
-    messages = [((ids[a:b] - lo).to(torch.int32), values[a:b])
-                for a, b, lo in zip(cuts, cuts[1:], bounds, strict=False)]
+    k, j = intra.world_size, intra.rank
+    owner, local = _interleave(ids.to(torch.int32) if grad.num_rows < 2**31 else ids, k)
+    messages = []
+    for shard in range(k):
+        mine = (owner == shard).nonzero().view(-1)
+        messages.append((local.index_select(0, mine).to(torch.int32), values.index_select(0, mine)))
     parts = intra.all_to_all_v(messages, phase="reduce_scatter")
-    j = intra.rank
-    assert grad.dense is not None
-    total = grad.dense.new_zeros((bounds[j + 1] - bounds[j], grad.row_width))
-    for part_ids, part_values in parts:
-        total.index_add_(0, part_ids.long(), part_values)
-    return total.view((-1, *grad.dense.shape[1:]))
+    shard_ids, shard_values = union_rows(parts, values, grad.row_width)
+    return LocalGrad(interleaved_rows(grad.num_rows, k, j), grad.row_width, grad.dtype, grad.device,
+                     indices=shard_ids.long(), values=shard_values)
+
+
+def _interleave(ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(shard, id within the shard) of every row id: (id % k, id // k), by bits where k is a power of two
+    (the usual 2, 4, 8 ranks per node; an integer division is several times dearer)."""
+    if k & (k - 1) == 0:
+        return ids & (k - 1), ids >> (k.bit_length() - 1)
+    local = ids // k
+    return ids - local * k, local
+
+
+def _global_ids(local: torch.Tensor, k: int, j: int) -> torch.Tensor:
+    """Row ids of shard j's rows `local`: local * k + j."""
+    return (local << (k.bit_length() - 1)) | j if k & (k - 1) == 0 else local * k + j
+
+
+def _sync_shard_rows(scheme: Scheme, grad: LocalGrad, inter: Communicator, stats: SyncStats) -> RowSet:
+    """The node sums of one interleaved shard (rows) summed across nodes by `scheme`: the result's rows,
+    undivided (the all-gather's write divides them)."""
+    assert grad.values is not None
+    out = RowsOutput((grad.num_rows, grad.row_width), 1, grad.values)
+    scheme(grad, inter, out, stats)
+    return out.rows()
 
 
 def reduce_scatter(grad: LocalGrad, bounds: list[int], intra: Communicator) -> torch.Tensor:

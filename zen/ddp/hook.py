@@ -289,7 +289,7 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
                for p, c, o in zip(parts, ctxs, own, strict=True)]
     names = [state.scheme if t else DENSE for t in through]
     grads = [prepare(lane.schemes[n], p.tensor, rows=t and not p.coo and c is None,
-                     extract=nodes is None or p.coo or c is not None,
+                     extract=nodes is None or nodes.mode == "sparse" or p.coo or c is not None,
                      compressor=squeezer if c is not None else None, ctx=c)
              for p, n, t, c in zip(parts, names, through, ctxs, strict=True)]
     start = time.perf_counter()
