@@ -36,6 +36,7 @@ from zen.comm.dist import DistComm, timeout_seconds
 from zen.compress import Compressor, PartContext, make_compressor
 from zen.ddp.router import BucketRouter, Part, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
+from zen.launch import calm_gloo
 from zen.registry import Scheme, make_scheme, scheme_config
 from zen.twolevel import INTRA_MODES, NodeComms, dist_node_comms, nodes_of
 from zen.types import SyncStats, ZenCommError, ZenInputError
@@ -79,8 +80,17 @@ class Lane:
 
     comm: DistComm
     worker: CommWorker
-    schemes: dict[str, Scheme]
+    make: Callable[[str], Scheme]
     nodes: NodeComms | None = None
+    schemes: dict[tuple[str, tuple[int, ...]], Scheme] = field(default_factory=dict)
+
+    def scheme(self, name: str, key: tuple[int, ...]) -> Scheme:
+        """The instance of `name` for the part of these parameters (`Part.key`): one per part, because a
+        scheme's per-size state is about one tensor (zen's measured gamma, its timed BP-or-HC trial and
+        choice); two tables of one shape sharing an instance would compare one's BP time with the other's HC."""
+        if (name, key) not in self.schemes:
+            self.schemes[name, key] = self.make(name)
+        return self.schemes[name, key]
 
 
 @dataclass
@@ -130,6 +140,7 @@ class ZenHookState:
     _fault: Fault = field(default_factory=Fault, repr=False)
     _compressor: Compressor | None = field(default=None, repr=False)
     _keys: set[tuple[int, ...]] = field(default_factory=set, repr=False)
+    _sparse_input: bool = field(default=True, repr=False)
 
     def __post_init__(self) -> None:
         if self.nonfinite not in NONFINITE:
@@ -143,7 +154,8 @@ class ZenHookState:
         self._check_ranks_per_node()
         if self.intra not in INTRA_MODES:
             raise ZenInputError(f"intra must be one of {INTRA_MODES}, got {self.intra!r}")
-        self._make_schemes()  # unknown names and bad options fail here, not inside backward
+        # unknown names and bad options fail here, not inside backward
+        self._sparse_input = self._make_scheme(self.scheme).sparse_input
         if self.compress is not None:
             self._compressor = make_compressor(self.compress, self.density, **self.compress_options)
         self._router = BucketRouter(None if self.sparse_params is None else embedding_params(self.sparse_params))
@@ -175,9 +187,8 @@ class ZenHookState:
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
 
-    def _make_schemes(self) -> dict[str, Scheme]:
-        return {name: make_scheme(name, **(self.options if name == self.scheme else {}))
-                for name in {self.scheme, DENSE}}
+    def _make_scheme(self, name: str) -> Scheme:
+        return make_scheme(name, **(self.options if name == self.scheme else {}))
 
     def lane(self, bucket_index: int) -> Lane:
         """The lane of a bucket; all lanes are made at the first call, on every rank at the same point (the
@@ -190,6 +201,7 @@ class ZenHookState:
             comms = [DistComm(group, timeout_s=self.timeout_s) for group in groups]
             self._agree_ranks_per_node(comms[0])
             self._lanes = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
+            calm_gloo(dist.get_backend(groups[0]))  # the new groups' event loops (and a torchrun world's)
         return self._lanes[bucket_index % len(self._lanes)]
 
     def _created(self, make: Callable[[], T]) -> T:
@@ -216,8 +228,7 @@ class ZenHookState:
         if self.ranks_per_node > 1:
             nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s, self.intra))
         setup = (lambda: torch.cuda.set_device(comm.device)) if comm.device.type == "cuda" else None
-        return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_schemes(),
-                    nodes)
+        return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_scheme, nodes)
 
     def squeezes(self, part: Part) -> bool:
         """Whether the compressor takes this part: dense parts, and embedding rows with `compress_rows` (or
@@ -280,18 +291,18 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
     if nodes is not None:
         nodes.begin_call(code, sizes_agreed=True)
     divisor = comm.world_size if state.average else 1
-    scheme = lane.schemes[state.scheme]
     squeezer = state._compressor
     own = [c is not None and squeezer is not None and squeezer.own_exchange for c in ctxs]  # a quantizer's
     # embedding rows, COO gradients and compressed parts through the scheme; the rest (or all if the scheme
     # is dense) async
-    through = [p.coo or ((p.sparse or c is not None) and scheme.sparse_input and not o)
+    through = [p.coo or ((p.sparse or c is not None) and state._sparse_input and not o)
                for p, c, o in zip(parts, ctxs, own, strict=True)]
     names = [state.scheme if t else DENSE for t in through]
-    grads = [prepare(lane.schemes[n], p.tensor, rows=t and not p.coo and c is None,
+    schemes = [lane.scheme(n, p.key) for n, p in zip(names, parts, strict=True)]
+    grads = [prepare(scheme, p.tensor, rows=t and not p.coo and c is None,
                      extract=nodes is None or nodes.mode == "sparse" or p.coo or c is not None,
                      compressor=squeezer if c is not None else None, ctx=c)
-             for p, n, t, c in zip(parts, names, through, ctxs, strict=True)]
+             for p, scheme, t, c in zip(parts, schemes, through, ctxs, strict=True)]
     start = time.perf_counter()
     if check:
         meta = SyncStats()
@@ -300,7 +311,7 @@ def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: l
         check_parts([(g, tuple(p.tensor.shape), n) for g, p, n in zip(grads, parts, names, strict=True)], comm,
                     check_finite=state.nonfinite == "raise")
     pending, result = [], buffer
-    for part, grad, scheme_path, ctx, quantized in zip(parts, grads, through, ctxs, own, strict=True):
+    for part, scheme, grad, scheme_path, ctx, quantized in zip(parts, schemes, grads, through, ctxs, own, strict=True):
         stats = SyncStats()
         step.parts.append((stats, part.sparse))
         if quantized:
