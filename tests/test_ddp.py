@@ -8,6 +8,7 @@ import torch
 
 import zen
 from zen.ddp import StepRecord, ZenHookState
+from zen.ddp.hook import Lane
 from zen.ddp.worker import Fault, all_settled, settle
 from zen.launch import spawn
 
@@ -90,6 +91,16 @@ def test_hook_state_checks_its_settings() -> None:
         ZenHookState(lanes=0)
     state = ZenHookState(timeout_s=5.0, sparse_params=torch.nn.Embedding(3, 2))
     assert state.__getstate__()["_lanes"] == []
+
+
+def test_every_part_gets_its_own_scheme_instance() -> None:
+    """zen's measured gamma and its timed BP-or-HC trial are per-size state of one tensor: two tables of one
+    shape on one lane must not share them (their trial compared one table's BP with the other's HC)."""
+    state = ZenHookState(lanes=1)
+    lane = Lane(comm=None, worker=None, make=state._make_scheme)  # type: ignore[arg-type]  # no group needed
+    items, users = lane.scheme("zen", (1,)), lane.scheme("zen", (2,))
+    assert items is not users and lane.scheme("zen", (1,)) is items
+    assert lane.scheme("allreduce", (1,)) is not items
 
 
 def test_step_record_busy_time_is_the_union_of_spans() -> None:
