@@ -148,6 +148,18 @@ def test_compressed_training_aggregation_claims_and_figures(tmp_path):
     assert claims.compressed_claims({})[0]["verdict"] == "n/a"
 
 
+def test_best_scheme_verdict_is_noisy_where_the_spreads_overlap():
+    """A rerun must not flip "Zen has the highest throughput": only ranges apart give match or short."""
+    def cell(zen: tuple[float, float, float], other: tuple[float, float, float]) -> pd.DataFrame:
+        return pd.DataFrame([{"scheme": s, "samples_per_s": m, "samples_per_s_lo": lo, "samples_per_s_hi": hi}
+                             for s, (lo, m, hi) in (("none", (900, 1000, 1100)), ("zen", zen), ("sparcml", other))])
+
+    assert claims.best_verdict(cell((95, 100, 105), (80, 85, 90)), "zen") == "match"
+    assert claims.best_verdict(cell((95, 100, 105), (90, 98, 110)), "zen") == "noisy"
+    assert claims.best_verdict(cell((90, 98, 110), (95, 100, 105)), "sparcml") == "noisy"
+    assert claims.best_verdict(cell((80, 85, 90), (95, 100, 105)), "sparcml") == "short"
+
+
 @pytest.mark.parametrize("kind", ["microbench_sim", "microbench_real"])
 def test_microbench_figures_write_png_and_csv(tmp_path, kind):
     backend = "sim" if kind.endswith("sim") else "gloo"

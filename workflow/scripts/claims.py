@@ -210,8 +210,21 @@ def training_claims(f: Frames) -> list[Claim]:
 
 def _best_row(cell: pd.DataFrame, claim: str, setting: str, why: str) -> Claim:
     best = _best_scheme(cell)
-    return _row(claim, "-", f"best: {best}" if best else "-", setting,
-                "match" if best == "zen" else ("short" if best else "n/a"), why)
+    return _row(claim, "-", f"best: {best}" if best else "-", setting, best_verdict(cell, best),
+                why + "; noisy where Zen's 25th-75th percentile range of samples/s overlaps the other's")
+
+
+def best_verdict(cell: pd.DataFrame, best: str | None) -> str:
+    """match where Zen's samples/s range lies above every other scheme's, short where the best scheme's
+    lies above Zen's, else noisy (a rerun could flip which scheme is best)."""
+    trained = cell[~cell["scheme"].isin(["none"])].set_index("scheme")
+    if best is None or "zen" not in trained.index:
+        return "n/a"
+    zen = trained.loc["zen"]
+    if best == "zen":
+        others = trained.drop(index="zen")
+        return "match" if others.empty or zen["samples_per_s_lo"] > others["samples_per_s_hi"].max() else "noisy"
+    return "short" if trained.loc[best, "samples_per_s_lo"] > zen["samples_per_s_hi"] else "noisy"
 
 
 def _best_scheme(cell: pd.DataFrame) -> str | None:
