@@ -15,7 +15,7 @@ import torch
 from zen.comm.base import COUNT_BYTES, FIXED_SLOTS, HEAD_BYTES
 from zen.grad import to_local_grad
 from zen.registry import Scheme, make_scheme
-from zen.twolevel import INTER, INTRA, interleaved_rows, nodes_of, shard_bounds
+from zen.twolevel import INTER, INTRA, interleave, interleaved_rows, nodes_of, shard_bounds
 from zen.types import PhaseBytes, WireLayout
 
 FIXED_BYTES = 8 * FIXED_SLOTS  # one rank's part of a fixed all-gather (zen.comm.base)
@@ -83,8 +83,10 @@ def two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, rank
     k, P = ranks_per_node, layout.world_size
     nodes = nodes_of(P, k)
     got: list[PhaseBytes] = [{} for _ in range(P)]
+    union = int(torch.unique(torch.cat(sets)).numel()) if intra == "sparse" else 0
     for j in range(k):
         local, rows = _shard(sets, layout.rows, k, j, intra)
+        elsewhere = union - int(torch.unique(torch.cat(local)).numel()) if intra == "sparse" else 0
         node_sets = [torch.unique(torch.cat(local[n * k : (n + 1) * k])) for n in range(nodes)]
         shard = replace(layout, world_size=nodes, rows=rows, index_bytes=4 if rows < 2**31 else 8)
         across = scheme.predict(node_sets, shard) if rows else [{} for _ in range(nodes)]
@@ -92,7 +94,7 @@ def two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, rank
             phases = got[n * k + j]
             phases.update({INTER + p: v for p, v in across[n].items()})
             phases.update(_intra_dense(layout, rows, k) if intra == "dense" else
-                          _intra_sparse(layout, sets, n, j, k))
+                          _intra_sparse(layout, local, elsewhere, n, j, k))
     return got
 
 
@@ -103,7 +105,11 @@ def _shard(sets: list[torch.Tensor], rows: int, k: int, j: int, intra: str) -> t
         bounds = shard_bounds(rows, k)
         lo, hi = bounds[j], bounds[j + 1]
         return [s[(s >= lo) & (s < hi)] - lo for s in sets], hi - lo
-    return [s[s % k == j] // k for s in sets], interleaved_rows(rows, k, j)
+    shard = []
+    for s in sets:
+        owner, ids = interleave(s, k)
+        shard.append(ids[owner == j])
+    return shard, interleaved_rows(rows, k, j)
 
 
 def _intra_dense(layout: WireLayout, rows: int, k: int) -> PhaseBytes:
@@ -113,13 +119,13 @@ def _intra_dense(layout: WireLayout, rows: int, k: int) -> PhaseBytes:
             INTRA + "meta": count_meta(k, 1) + gather_v_meta(k, 1)}
 
 
-def _intra_sparse(layout: WireLayout, sets: list[torch.Tensor], n: int, j: int, k: int) -> PhaseBytes:
-    """Local rank j of node n: its node peers' rows in shard j, and the result's rows in every other shard."""
+def _intra_sparse(layout: WireLayout, local: list[torch.Tensor], elsewhere: int, n: int, j: int, k: int
+                  ) -> PhaseBytes:
+    """Local rank j of node n: its node peers' rows in shard j (`local`: every rank's set there), and the
+    result's rows in every other shard (`elsewhere`: the union of all ranks' sets outside shard j)."""
     row = 4 + layout.width * layout.value_bytes  # int32 id within the shard, then the row
-    union = torch.unique(torch.cat(sets))
-    pushed = sum(int((sets[n * k + i] % k == j).sum()) for i in range(k) if i != j)
-    pulled = int((union % k != j).sum())
-    return {INTRA + "reduce_scatter": pushed * row, INTRA + "all_gather": pulled * row,
+    pushed = sum(int(local[n * k + i].numel()) for i in range(k) if i != j)
+    return {INTRA + "reduce_scatter": pushed * row, INTRA + "all_gather": elsewhere * row,
             INTRA + "meta": count_meta(k, 2) + gather_v_meta(k, 2)}
 
 

@@ -181,7 +181,7 @@ def sparse_reduce_scatter(grad: LocalGrad, intra: Communicator) -> LocalGrad:
     rows of shard j (int32 ids within the shard) and merges them in local-rank order."""
     ids, values = grad.rows()
     k, j = intra.world_size, intra.rank
-    owner, local = _interleave(ids.to(torch.int32) if grad.num_rows < 2**31 else ids, k)
+    owner, local = interleave(ids.to(torch.int32) if grad.num_rows < 2**31 else ids, k)
     messages = []
     for shard in range(k):
         mine = (owner == shard).nonzero().view(-1)
@@ -192,7 +192,7 @@ def sparse_reduce_scatter(grad: LocalGrad, intra: Communicator) -> LocalGrad:
                      indices=shard_ids.long(), values=shard_values)
 
 
-def _interleave(ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def interleave(ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(shard, id within the shard) of every row id: (id % k, id // k), by bits where k is a power of two
     (the usual 2, 4, 8 ranks per node; an integer division is several times dearer)."""
     if k & (k - 1) == 0:
