@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from zen import native
 from zen.comm.base import Communicator, ring_chunk
 from zen.comm.dist import DistComm, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
@@ -170,10 +171,7 @@ def sparse_all_gather(result: RowSet, intra: Communicator, out: DenseOutput) -> 
     local rank, written into `out` as disjoint row sets (rows id * k + j): one streaming pass that divides
     on the way (`DenseOutput.write`), the same bits on every rank."""
     ids, values = result
-    gathered = intra.all_gather_v((ids.to(torch.int32), values), phase="all_gather")
-    k = intra.world_size
-    out.write([(_global_ids(part_ids.long(), k, j), part_values) for j, (part_ids, part_values) in enumerate(gathered)],
-              disjoint=True)
+    out.write_shards(intra.all_gather_v((ids.to(torch.int32), values), phase="all_gather"))
 
 
 def sparse_reduce_scatter(grad: LocalGrad, intra: Communicator) -> LocalGrad:
@@ -181,11 +179,17 @@ def sparse_reduce_scatter(grad: LocalGrad, intra: Communicator) -> LocalGrad:
     rows of shard j (int32 ids within the shard) and merges them in local-rank order."""
     ids, values = grad.rows()
     k, j = intra.world_size, intra.rank
-    owner, local = interleave(ids.to(torch.int32) if grad.num_rows < 2**31 else ids, k)
-    messages = []
-    for shard in range(k):
-        mine = (owner == shard).nonzero().view(-1)
-        messages.append((local.index_select(0, mine).to(torch.int32), values.index_select(0, mine)))
+    wire = ids.to(torch.int32) if grad.num_rows < 2**31 else ids
+    if (fast := native.split_interleaved(wire, values, k)) is not None:
+        offsets, local, grouped = fast
+        bounds = offsets.tolist()
+        messages = [(local[lo:hi].to(torch.int32), grouped[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    else:
+        owner, local = interleave(wire, k)
+        messages = []
+        for shard in range(k):
+            mine = (owner == shard).nonzero().view(-1)
+            messages.append((local.index_select(0, mine).to(torch.int32), values.index_select(0, mine)))
     parts = intra.all_to_all_v(messages, phase="reduce_scatter")
     shard_ids, shard_values = union_rows(parts, values, grad.row_width)
     return LocalGrad(interleaved_rows(grad.num_rows, k, j), grad.row_width, grad.dtype, grad.device,
@@ -201,18 +205,13 @@ def interleave(ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids - local * k, local
 
 
-def _global_ids(local: torch.Tensor, k: int, j: int) -> torch.Tensor:
-    """Row ids of shard j's rows `local`: local * k + j."""
-    return (local << (k.bit_length() - 1)) | j if k & (k - 1) == 0 else local * k + j
-
-
 def _sync_shard_rows(scheme: Scheme, grad: LocalGrad, inter: Communicator, stats: SyncStats) -> RowSet:
     """The node sums of one interleaved shard (rows) summed across nodes by `scheme`: the result's rows,
     undivided (the all-gather's write divides them)."""
     assert grad.values is not None
     out = RowsOutput((grad.num_rows, grad.row_width), 1, grad.values)
     scheme(grad, inter, out, stats)
-    return out.rows()
+    return out.rows(index_dtype=None)
 
 
 def reduce_scatter(grad: LocalGrad, bounds: list[int], intra: Communicator) -> torch.Tensor:

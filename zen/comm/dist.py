@@ -50,8 +50,8 @@ def is_live(group: dist.ProcessGroup | None) -> bool:
 
 
 class DistComm(Communicator):
-    """A Communicator over a torch.distributed process group. `timeout_s=None` reads $ZEN_TIMEOUT_S at
-    every call."""
+    """A Communicator over a torch.distributed process group. `timeout_s=None` reads $ZEN_TIMEOUT_S once
+    per call."""
 
     def __init__(self, group: dist.ProcessGroup | None = None, timeout_s: float | None = None,
                  seed: int | None = None):
@@ -62,7 +62,8 @@ class DistComm(Communicator):
         if timeout_s is not None:
             timeout_seconds(timeout_s)
         self.timeout_s = timeout_s
-        backend = dist.get_backend(pg)
+        self._call_timeout = (-1, 0.0)  # (call, its timeout in seconds): $ZEN_TIMEOUT_S read once per call
+        backend = self.backend = dist.get_backend(pg)
         device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         super().__init__(dist.get_rank(pg), dist.get_world_size(pg), device, seed)
         self.group = group
@@ -79,8 +80,18 @@ class DistComm(Communicator):
         return is_live(self._pg())
 
     @property
+    def seconds(self) -> float:
+        """This call's timeout: `timeout_s`, else $ZEN_TIMEOUT_S as it was at the call's first operation (an
+        environment lookup per operation costs more CPU than a small exchange's own Python)."""
+        call, seconds = self._call_timeout
+        if call != self.call:
+            seconds = timeout_seconds(self.timeout_s)
+            self._call_timeout = (self.call, seconds)
+        return seconds
+
+    @property
     def timeout(self) -> datetime.timedelta:
-        return datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
+        return datetime.timedelta(seconds=self.seconds)
 
     def _opts(self, kind: type) -> object:
         opts = kind()
@@ -93,7 +104,7 @@ class DistComm(Communicator):
         wait allows GRACE_S more. A point-to-point wait is the timeout: gloo closes the pair when it fires."""
         if work is not None:
             extra = GRACE_S if own_timeout else 0.0
-            work.wait(timeout=datetime.timedelta(seconds=timeout_seconds(self.timeout_s) + extra))
+            work.wait(timeout=datetime.timedelta(seconds=self.seconds + extra))
 
     def _issue_all_reduce(self, tensor: torch.Tensor) -> dist.Work:
         opts = self._opts(c10d.AllreduceOptions)
@@ -113,6 +124,20 @@ class DistComm(Communicator):
 
     def _all_to_all(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
         # on gloo the wire is host memory: CUDA payloads are staged there (and unpacked back, zen.comm.base)
+        if self.backend != "gloo":  # NCCL runs separately posted sends and receives in order: one collective
+            return self._all_to_all_base(bufs, recv_sizes)
+        # gloo posts them at once: point to point, each buffer goes out as it is, where alltoall_base wants
+        # them concatenated and copies this rank's own part (a fifth of a two-level step's CPU, 2 ranks per node)
+        r = self.rank
+        sends = [b.contiguous().to(self.device) for b in bufs]
+        got = [sends[j] if j == r else torch.empty(size, dtype=torch.uint8, device=self.device)
+               for j, size in enumerate(recv_sizes)]
+        works = [self.pg.recv([got[j]], j, 0) for j in range(self.world_size) if j != r and recv_sizes[j]]
+        works += [self.pg.send([sends[j]], j, 0) for j in range(self.world_size) if j != r and sends[j].numel()]
+        self._wait_all(works)
+        return got
+
+    def _all_to_all_base(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
         send = torch.cat(bufs).to(self.device) if bufs else torch.empty(0, dtype=torch.uint8, device=self.device)
         recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=self.device)
         work = self.pg.alltoall_base(recv, send, recv_sizes, [int(b.numel()) for b in bufs],
@@ -121,11 +146,11 @@ class DistComm(Communicator):
         return list(recv.split(recv_sizes))
 
     def _all_gather_bytes(self, buf: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
-        # all-gather-v as an all-to-all of the same bytes to everyone: exact sizes, no padding
-        return self._all_to_all([buf] * self.world_size, sizes)
+        # the same buffer to every peer (staged once): exact sizes, no padding
+        send = buf.contiguous().to(self.device)
+        return self._all_to_all([send] * self.world_size, sizes)
 
     def _sendrecv(self, peer: int, send: torch.Tensor | None, recv_size: int | None) -> torch.Tensor | None:
-        # a point-to-point wait that times out makes gloo close the pair: nothing stale is left behind
         works = []
         recv = None
         if recv_size is not None:
@@ -134,12 +159,17 @@ class DistComm(Communicator):
                 works.append(self.pg.recv([recv], peer, 0))  # group ranks, as the schemes use them
         if send is not None and send.numel():
             works.append(self.pg.send([send.contiguous().to(self.device)], peer, 0))
+        self._wait_all(works)
+        return recv
+
+    def _wait_all(self, works: list[dist.Work]) -> None:
+        """Every point-to-point operation waited for, even after one failed: nothing of an exchange may
+        outlive it (a wait that times out makes gloo close the pair, so nothing stale is left behind)."""
         failure = None
-        for w in works:  # every one, even after a failure: nothing of this exchange may outlive it
+        for w in works:
             try:
                 self._wait(w, own_timeout=False)
             except Exception as exc:  # noqa: BLE001 - the first is raised below
                 failure = failure or exc
         if failure is not None:
             raise failure
-        return recv

@@ -194,10 +194,12 @@ def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> bo
     return True
 
 
-def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]], divisor: int = 1) -> bool:
+def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]], divisor: int = 1,
+             stride: int = 1) -> bool:
     """out := the dense sum of (ids, (n, D) values) row sets with ascending distinct ids, added in list order,
     in one streaming pass, divided by `divisor` (fp32 / fp64 only; as out.div_(divisor) would); False when
-    the native path does not apply."""
+    the native path does not apply. `stride` k > 1: the k sets are interleaved shards, set j's id i standing
+    for row i * k + j (zen.twolevel)."""
     if divisor != 1 and out.dtype not in (torch.float32, torch.float64):
         return False
     if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or out.device.type != "cpu"
@@ -207,5 +209,15 @@ def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]], d
     ids = [i for i, _ in sets]
     if len({i.dtype for i in ids}) > 1:
         ids = [i.long() for i in ids]
-    ext.fill_sum(out, ids, [v for _, v in sets], divisor)
+    ext.fill_sum(out, ids, [v for _, v in sets], divisor, stride, list(range(len(sets))) if stride > 1 else [])
     return True
+
+
+def split_interleaved(ids: torch.Tensor, values: torch.Tensor, k: int
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(offsets[k + 1], shard ids, rows): row id r to interleaved shard r % k as r // k, shard s's rows at
+    [offsets[s], offsets[s + 1]) in input order; one pass instead of a mask, a nonzero and two gathers per shard."""
+    if (ids.dtype not in INDEX_DTYPES or values.dtype not in VALUE_DTYPES or values.dim() != 2
+            or ids.device.type != "cpu" or (ext := get(ids.device)) is None):
+        return None
+    return ext.split_interleaved(ids, values, k)

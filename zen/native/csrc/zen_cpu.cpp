@@ -10,6 +10,7 @@
 // Lean includes (not torch/extension.h): they halve the build time.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -782,6 +783,60 @@ std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_va
 }
 
 // ---------------------------------------------------------------------------------------------------
+// The sparse reduce-scatter's split (two-level sync): split_interleaved.
+
+// Row id r goes to interleaved shard r % k as row r / k there; returns (offsets[k + 1], shard ids, rows):
+// shard s's rows are [offsets[s], offsets[s + 1]), in input order (so ascending ids stay ascending). One
+// counting pass and one placing pass, by shift and mask when k is a power of two (a division per row costs
+// more than the rest of the split).
+template <bool kPow2, typename Idx, typename Bits>
+void place_interleaved(const Idx* id, const Bits* src, Idx* local, Bits* dst, int64_t n, int64_t D, int64_t k,
+                       std::vector<int64_t>& cursor) {
+  const int shift = kPow2 ? __builtin_ctzll(static_cast<uint64_t>(k)) : 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = static_cast<int64_t>(id[i]);
+    const int64_t shard = kPow2 ? (r & (k - 1)) : r % k;
+    const int64_t at = cursor[shard]++;
+    local[at] = static_cast<Idx>(kPow2 ? (r >> shift) : r / k);
+    if (D == 1) dst[at] = src[i];
+    else std::memcpy(dst + at * D, src + i * D, D * sizeof(Bits));
+  }
+}
+
+std::tuple<Tensor, Tensor, Tensor> split_interleaved(const Tensor& ids_in, const Tensor& values_in, int64_t k) {
+  const Tensor ids = ids_in.contiguous();
+  const Tensor values = values_in.contiguous();
+  TORCH_CHECK(k >= 1, "zen native: split_interleaved needs k >= 1, got ", k);
+  TORCH_CHECK(ids.dim() == 1 && values.dim() == 2 && values.size(0) == ids.numel() && ids.device().is_cpu() &&
+                  values.device().is_cpu(), "zen native: split_interleaved needs 1-D CPU ids and one CPU row per id");
+  const int64_t n = ids.numel(), D = values.size(1);
+  Tensor offsets = at::zeros({k + 1}, ids.options().dtype(at::kLong));
+  Tensor local = at::empty({n}, ids.options());
+  Tensor grouped = at::empty_like(values);
+  with_index<kDevice>(ids, [&](auto itag) {
+    using Idx = decltype(itag);
+    const Idx* id = ids.data_ptr<Idx>();
+    int64_t* off = offsets.data_ptr<int64_t>();
+    const bool pow2 = (k & (k - 1)) == 0;
+    for (int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK(id[i] >= 0, "zen native: split_interleaved row id ", static_cast<int64_t>(id[i]), " < 0");
+      ++off[1 + (pow2 ? (static_cast<int64_t>(id[i]) & (k - 1)) : static_cast<int64_t>(id[i]) % k)];
+    }
+    for (int64_t s = 0; s < k; ++s) off[s + 1] += off[s];
+    std::vector<int64_t> cursor(off, off + k);
+    return with_bits<kDevice>(values, [&](auto btag) {
+      using Bits = decltype(btag);
+      const Bits* src = static_cast<const Bits*>(values.data_ptr());
+      Bits* dst = static_cast<Bits*>(grouped.data_ptr());
+      if (pow2) place_interleaved<true>(id, src, local.data_ptr<Idx>(), dst, n, D, k, cursor);
+      else place_interleaved<false>(id, src, local.data_ptr<Idx>(), dst, n, D, k, cursor);
+      return 0;
+    });
+  });
+  return {offsets, local, grouped};
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Writes into the dense result: put_rows (scatter of one row set), fill_sum (streamed sum of row sets).
 
 // out[ids[k]] = values[k] (distinct ids): the final write of a sum into the dense result. Raw bits, checked
@@ -868,13 +923,17 @@ SetTensors checked_sets(const Tensor& out, const std::vector<Tensor>& ids_in, co
 
 // Rows out of order or out of range would be lost or written astray: every set's ids must be ascending,
 // distinct and in [0, M).
+// With a stride, set s's id i stands for row i * stride + offsets[s] (its rows in an interleaved shard).
 template <typename Idx>
-void check_set_ids(const std::vector<Tensor>& ids, int64_t M) {
-  for (const Tensor& t : ids) {
-    const Idx* id = t.data_ptr<Idx>();
-    for (int64_t k = 0, n = t.numel(); k < n; ++k)
-      TORCH_CHECK(id[k] >= 0 && id[k] < M && (k == 0 || id[k - 1] < id[k]),
+void check_set_ids(const std::vector<Tensor>& ids, int64_t M, int64_t stride, const std::vector<int64_t>& offsets) {
+  for (size_t s = 0; s < ids.size(); ++s) {
+    const Idx* id = ids[s].data_ptr<Idx>();
+    const int64_t off = offsets[s];
+    for (int64_t k = 0, n = ids[s].numel(); k < n; ++k) {
+      const int64_t row = static_cast<int64_t>(id[k]) * stride + off;
+      TORCH_CHECK(id[k] >= 0 && row < M && (k == 0 || id[k - 1] < id[k]),
                   "zen native: fill_sum ids must be ascending, distinct and in [0, ", M, ")");
+    }
   }
 }
 
@@ -884,8 +943,11 @@ struct RawSets {
   std::vector<const Idx*> ids;
   std::vector<const V*> values;
   std::vector<int64_t> sizes;
+  int64_t stride;                // set s's id i is row i * stride + offsets[s]
+  std::vector<int64_t> offsets;
 
-  explicit RawSets(const SetTensors& sets) {
+  RawSets(const SetTensors& sets, int64_t stride_, std::vector<int64_t> offsets_)
+      : stride(stride_), offsets(std::move(offsets_)) {
     for (size_t s = 0; s < sets.ids.size(); ++s) {
       ids.push_back(sets.ids[s].data_ptr<Idx>());
       values.push_back(sets.values[s].data_ptr<V>());
@@ -911,13 +973,14 @@ inline void add_sets(V* acc, const RawSets<Idx, V>& sets, std::vector<int64_t>& 
   for (int64_t s = 0; s < sets.count(); ++s) {
     const Idx* id = sets.ids[s];
     const V* src = sets.values[s];
-    const int64_t n = sets.sizes[s];
+    const int64_t n = sets.sizes[s], stride = sets.stride, base = sets.offsets[s] - r0;
     int64_t k = cursor[s];
     if (D == 1) {
-      for (; k < n && id[k] < r1; ++k) acc[id[k] - r0] = acc[id[k] - r0] + src[k];
+      for (int64_t at; k < n && (at = static_cast<int64_t>(id[k]) * stride + base) < r1 - r0; ++k)
+        acc[at] = acc[at] + src[k];
     } else {
-      for (; k < n && id[k] < r1; ++k) {
-        V* row = acc + (static_cast<int64_t>(id[k]) - r0) * D;
+      for (int64_t at; k < n && (at = static_cast<int64_t>(id[k]) * stride + base) < r1 - r0; ++k) {
+        V* row = acc + at * D;
         for (int64_t d = 0; d < D; ++d) row[d] = row[d] + src[k * D + d];
       }
     }
@@ -935,9 +998,12 @@ void fill_blocks(char* dst, const RawSets<Idx, V>& sets, const StageBlocks& bloc
   alignas(64) char stage_small[kStageBytes];
   char* stage = stage_wide.empty() ? stage_small : stage_wide.data();
   std::vector<int64_t> cursor(sets.count());  // each set's first row at or after block b_lo
-  for (int64_t s = 0; s < sets.count(); ++s)
-    cursor[s] = std::lower_bound(sets.ids[s], sets.ids[s] + sets.sizes[s], static_cast<Idx>(b_lo * rows_per_block)) -
-                sets.ids[s];
+  for (int64_t s = 0; s < sets.count(); ++s) {  // the first id whose row is at or after row r0
+    const int64_t ahead = b_lo * rows_per_block - sets.offsets[s];
+    const int64_t first = ahead <= 0 ? 0 : (ahead + sets.stride - 1) / sets.stride;
+    cursor[s] = std::lower_bound(sets.ids[s], sets.ids[s] + sets.sizes[s], first,
+                                 [](Idx id, int64_t x) { return static_cast<int64_t>(id) < x; }) - sets.ids[s];
+  }
   for (int64_t b = b_lo; b < b_hi; ++b) {
     const int64_t r0 = b * rows_per_block, r1 = std::min(M, r0 + rows_per_block);
     if ((r1 - r0) * row_bytes == kStageBytes) std::memset(stage, 0, kStageBytes);  // inlined vector stores
@@ -953,11 +1019,17 @@ void fill_blocks(char* dst, const RawSets<Idx, V>& sets, const StageBlocks& bloc
   }
 }
 
+// `stride` > 1 with one offset per set: set s holds rows id * stride + offsets[s] (the k interleaved shards of
+// two-level sync, written straight from their shard ids); stride 1 and no offsets: the ids are the rows.
 void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<Tensor>& values_in,
-              int64_t divisor) {
+              int64_t divisor, int64_t stride, std::vector<int64_t> offsets) {
   TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.device().is_cpu(),
               "zen native: out must be a contiguous (M, D) CPU tensor");
   TORCH_CHECK(ids_in.size() == values_in.size(), "zen native: fill_sum needs one values tensor per ids tensor");
+  if (offsets.empty()) offsets.assign(ids_in.size(), 0);
+  TORCH_CHECK(stride >= 1 && offsets.size() == ids_in.size() &&
+                  std::all_of(offsets.begin(), offsets.end(), [&](int64_t o) { return o >= 0 && o < stride; }),
+              "zen native: fill_sum needs stride >= 1 and one offset in [0, stride) per set");
   const int64_t M = out.size(0), D = out.size(1);
   const SetTensors sets = checked_sets(out, ids_in, values_in);
   const int64_t row_bytes = D * out.element_size();
@@ -971,9 +1043,9 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
   }
   with_index<kDevice>(sets.ids[0], [&](auto itag) {
     using Idx = decltype(itag);
-    check_set_ids<Idx>(sets.ids, M);
+    check_set_ids<Idx>(sets.ids, M, stride, offsets);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fill_sum", [&] {
-      const RawSets<Idx, scalar_t> raw(sets);
+      const RawSets<Idx, scalar_t> raw(sets, stride, offsets);
       char* dst = static_cast<char*>(out.data_ptr());
       at::parallel_for(0, blocks.count, 16, [&](int64_t b_lo, int64_t b_hi) {
         fill_blocks(dst, raw, blocks, divisor, b_lo, b_hi);
@@ -1031,6 +1103,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scatter_hash_bitmap", &scatter_hash_bitmap, "out[members[set bits]] = values",
         py::call_guard<py::gil_scoped_release>());
   m.def("fill_sum", &fill_sum, "out = dense sum of row sets with ascending ids, one streaming pass",
+        py::arg("out"), py::arg("ids"), py::arg("values"), py::arg("divisor"), py::arg("stride") = 1,
+        py::arg("offsets") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
+  m.def("split_interleaved", &split_interleaved, "(offsets, shard ids, rows) of the k interleaved shards",
         py::call_guard<py::gil_scoped_release>());
   m.def("put_rows", &put_rows, "out[ids] = values for distinct ids",
         py::call_guard<py::gil_scoped_release>());
