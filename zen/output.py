@@ -183,7 +183,9 @@ class RowsOutput(Output):
         if self._rows is None:
             self._rows = extract_rows(self.buffer)
         ids, values = self._rows
-        return ids if index_dtype is None else ids.to(index_dtype), values / self.divisor if self.divisor != 1 else values
+        if index_dtype is not None:
+            ids = ids.to(index_dtype)
+        return ids, values / self.divisor if self.divisor != 1 else values
 
     def finish(self) -> torch.Tensor:
         """The result as a coalesced COO tensor shaped like the input."""
