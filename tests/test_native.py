@@ -293,9 +293,45 @@ def test_fill_sum_matches_reference(ext: ModuleType, dtype: torch.dtype, width: 
                     assert not native.fill_sum(out, sets, 3)
     out = torch.ones(5, 1)
     assert native.fill_sum(out, []) and not out.any()
-    for bad in ([3, 2], [1, 1], [0, 10]):  # unsorted, repeated, out of range
+    for bad in ([3, 2], [1, 1], [0, 10], [-1, 2]):  # unsorted, repeated, out of range
         with pytest.raises(RuntimeError, match="ascending, distinct"):
             ext.fill_sum(torch.zeros(10, 1), [torch.tensor(bad)], [torch.ones(2, 1)], 1)
+    wide = torch.arange(5000)  # the checks also hold across blocks and across the chunks threads take
+    for bad in (torch.cat([wide[:4000], wide[3990:4990]]), torch.cat([wide[:4999], torch.tensor([5000])])):
+        with pytest.raises(RuntimeError, match="ascending, distinct"):
+            ext.fill_sum(torch.zeros(5000, 1), [bad], [torch.ones(bad.numel(), 1)], 1)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("width", [1, 3])
+def test_interleaved_shards_match_reference(ext: ModuleType, k: int, width: int) -> None:
+    """Two-level sync's sparse node steps: split_interleaved == a mask and gathers per shard (row r to shard
+    r % k as r // k, input order kept), and fill_sum with stride k writes the shards' ids as rows id * k + j,
+    bit for bit like the mapped ids; both refuse bad ids."""
+    g = torch.Generator().manual_seed(k * 10 + width)
+    for index_dtype in (torch.int32, torch.int64):
+        for n, M in ((0, 50), (1, 50), (300, 1000), (5000, 5003)):
+            ids, values = _sorted_rows(n, M, width, torch.float32, index_dtype, g)
+            offsets, local, grouped = native.split_interleaved(ids, values, k)
+            bounds = offsets.tolist()
+            assert bounds[0] == 0 and bounds[-1] == n and local.dtype == index_dtype
+            shards = []
+            for j in range(k):
+                mine = ids.long() % k == j
+                shard_ids, shard_values = local[bounds[j] : bounds[j + 1]], grouped[bounds[j] : bounds[j + 1]]
+                assert torch.equal(shard_ids.long(), ids.long()[mine] // k) and torch.equal(shard_values, values[mine])
+                shards.append((shard_ids, shard_values))
+            for divisor in (1, 3):
+                fast, ref = torch.full((M, width), 7.0), torch.full((M, width), 7.0)
+                assert native.fill_sum(fast, shards, divisor, stride=k)
+                assert native.fill_sum(ref, [(i.long() * k + j, v) for j, (i, v) in enumerate(shards)], divisor)
+                assert torch.equal(fast.view(torch.uint8), ref.view(torch.uint8)), (index_dtype, n, M, divisor)
+    with pytest.raises(RuntimeError, match="< 0"):
+        ext.split_interleaved(torch.tensor([3, -1]), torch.ones(2, 1), 2)
+    if k > 1:  # shard k - 1's last id lands past the output
+        with pytest.raises(RuntimeError, match="ascending, distinct"):
+            ext.fill_sum(torch.zeros(10, 1), [torch.tensor([0]), torch.tensor([10 // k])], [torch.ones(1, 1)] * 2, 1,
+                         k, [0, k - 1])
 
 
 def test_disabled_and_failed_build_fall_back(ext: ModuleType, monkeypatch: pytest.MonkeyPatch,

@@ -921,22 +921,6 @@ SetTensors checked_sets(const Tensor& out, const std::vector<Tensor>& ids_in, co
   return sets;
 }
 
-// Rows out of order or out of range would be lost or written astray: every set's ids must be ascending,
-// distinct and in [0, M).
-// With a stride, set s's id i stands for row i * stride + offsets[s] (its rows in an interleaved shard).
-template <typename Idx>
-void check_set_ids(const std::vector<Tensor>& ids, int64_t M, int64_t stride, const std::vector<int64_t>& offsets) {
-  for (size_t s = 0; s < ids.size(); ++s) {
-    const Idx* id = ids[s].data_ptr<Idx>();
-    const int64_t off = offsets[s];
-    for (int64_t k = 0, n = ids[s].numel(); k < n; ++k) {
-      const int64_t row = static_cast<int64_t>(id[k]) * stride + off;
-      TORCH_CHECK(id[k] >= 0 && row < M && (k == 0 || id[k - 1] < id[k]),
-                  "zen native: fill_sum ids must be ascending, distinct and in [0, ", M, ")");
-    }
-  }
-}
-
 // The sets as raw pointers, taken once: data_ptr<T>() checks the dtype on every call.
 template <typename Idx, typename V>
 struct RawSets {
@@ -945,9 +929,10 @@ struct RawSets {
   std::vector<int64_t> sizes;
   int64_t stride;                // set s's id i is row i * stride + offsets[s]
   std::vector<int64_t> offsets;
+  int64_t M;                     // rows of the output
 
-  RawSets(const SetTensors& sets, int64_t stride_, std::vector<int64_t> offsets_)
-      : stride(stride_), offsets(std::move(offsets_)) {
+  RawSets(const SetTensors& sets, int64_t stride_, std::vector<int64_t> offsets_, int64_t M_)
+      : stride(stride_), offsets(std::move(offsets_)), M(M_) {
     for (size_t s = 0; s < sets.ids.size(); ++s) {
       ids.push_back(sets.ids[s].data_ptr<Idx>());
       values.push_back(sets.values[s].data_ptr<V>());
@@ -966,7 +951,8 @@ struct StageBlocks {
 };
 
 // acc (the block of rows [r0, r1)) += every set's rows in it, set by set in the order given; cursor[s] moves
-// past the rows of set s that it added.
+// past the rows of set s that it added. The ids are checked on the way (ascending, distinct, none before r0),
+// where a separate pass would read them all once more; fill_sum checks that the chunks met end to end.
 template <typename Idx, typename V>
 inline void add_sets(V* acc, const RawSets<Idx, V>& sets, std::vector<int64_t>& cursor, int64_t r0, int64_t r1,
                      int64_t D) {
@@ -974,25 +960,36 @@ inline void add_sets(V* acc, const RawSets<Idx, V>& sets, std::vector<int64_t>& 
     const Idx* id = sets.ids[s];
     const V* src = sets.values[s];
     const int64_t n = sets.sizes[s], stride = sets.stride, base = sets.offsets[s] - r0;
-    int64_t k = cursor[s];
+    const int64_t start = cursor[s];
+    int64_t k = start;
+    bool ordered = true;
     if (D == 1) {
-      for (int64_t at; k < n && (at = static_cast<int64_t>(id[k]) * stride + base) < r1 - r0; ++k)
-        acc[at] = acc[at] + src[k];
+      for (int64_t at; k < n && (at = static_cast<int64_t>(id[k]) * stride + base) < r1 - r0; ++k) {
+        ordered &= at >= 0 && (k == start || id[k - 1] < id[k]);
+        acc[at < 0 ? 0 : at] = acc[at < 0 ? 0 : at] + src[k];
+      }
     } else {
       for (int64_t at; k < n && (at = static_cast<int64_t>(id[k]) * stride + base) < r1 - r0; ++k) {
-        V* row = acc + at * D;
+        ordered &= at >= 0 && (k == start || id[k - 1] < id[k]);
+        V* row = acc + (at < 0 ? 0 : at) * D;
         for (int64_t d = 0; d < D; ++d) row[d] = row[d] + src[k * D + d];
       }
     }
+    TORCH_CHECK(ordered, "zen native: fill_sum ids must be ascending, distinct and in [0, ", sets.M, ")");
     cursor[s] = k;
   }
 }
 
 // Blocks [b_lo, b_hi) of out (dst), one after another through this thread's staging buffer: zeroed, summed
 // into, divided (the mean, as out.div_(divisor) computes it, without another pass over out), streamed out.
+// Where a chunk of blocks started and ended in each set: fill_sum checks that they meet end to end.
+struct ChunkCursors {
+  std::vector<int64_t> first, last;
+};
+
 template <typename Idx, typename V>
 void fill_blocks(char* dst, const RawSets<Idx, V>& sets, const StageBlocks& blocks, int64_t divisor, int64_t b_lo,
-                 int64_t b_hi) {
+                 int64_t b_hi, ChunkCursors& seen) {
   const int64_t M = blocks.M, D = blocks.D, row_bytes = blocks.row_bytes, rows_per_block = blocks.rows_per_block;
   std::vector<char> stage_wide(blocks.stage_bytes > kStageBytes ? blocks.stage_bytes : 0);
   alignas(64) char stage_small[kStageBytes];
@@ -1004,6 +1001,7 @@ void fill_blocks(char* dst, const RawSets<Idx, V>& sets, const StageBlocks& bloc
     cursor[s] = std::lower_bound(sets.ids[s], sets.ids[s] + sets.sizes[s], first,
                                  [](Idx id, int64_t x) { return static_cast<int64_t>(id) < x; }) - sets.ids[s];
   }
+  seen.first = cursor;
   for (int64_t b = b_lo; b < b_hi; ++b) {
     const int64_t r0 = b * rows_per_block, r1 = std::min(M, r0 + rows_per_block);
     if ((r1 - r0) * row_bytes == kStageBytes) std::memset(stage, 0, kStageBytes);  // inlined vector stores
@@ -1017,6 +1015,7 @@ void fill_blocks(char* dst, const RawSets<Idx, V>& sets, const StageBlocks& bloc
     }
     stream_block(dst + r0 * row_bytes, stage, (r1 - r0) * row_bytes);
   }
+  seen.last = cursor;
 }
 
 // `stride` > 1 with one offset per set: set s holds rows id * stride + offsets[s] (the k interleaved shards of
@@ -1043,13 +1042,26 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
   }
   with_index<kDevice>(sets.ids[0], [&](auto itag) {
     using Idx = decltype(itag);
-    check_set_ids<Idx>(sets.ids, M, stride, offsets);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fill_sum", [&] {
-      const RawSets<Idx, scalar_t> raw(sets, stride, offsets);
+      const RawSets<Idx, scalar_t> raw(sets, stride, offsets, M);
       char* dst = static_cast<char*>(out.data_ptr());
-      at::parallel_for(0, blocks.count, 16, [&](int64_t b_lo, int64_t b_hi) {
-        fill_blocks(dst, raw, blocks, divisor, b_lo, b_hi);
+      constexpr int64_t kBlocksPerChunk = 16;
+      std::vector<ChunkCursors> chunks((blocks.count + kBlocksPerChunk - 1) / kBlocksPerChunk);
+      at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c_lo, int64_t c_hi) {
+        for (int64_t c = c_lo; c < c_hi; ++c)
+          fill_blocks(dst, raw, blocks, divisor, c * kBlocksPerChunk,
+                      std::min(blocks.count, (c + 1) * kBlocksPerChunk), chunks[c]);
       });
+      // every id was added exactly once: the chunks' ranges meet end to end from the first id to the last
+      // (an id below 0 or at M or beyond, or out of order, breaks the chain or was refused in add_sets)
+      for (int64_t s = 0; s < raw.count(); ++s) {
+        int64_t expect = 0;
+        for (const ChunkCursors& c : chunks) {
+          TORCH_CHECK(c.first[s] == expect, "zen native: fill_sum ids must be ascending, distinct and in [0, ", M, ")");
+          expect = c.last[s];
+        }
+        TORCH_CHECK(expect == raw.sizes[s], "zen native: fill_sum ids must be ascending, distinct and in [0, ", M, ")");
+      }
     });
     return 0;
   });
