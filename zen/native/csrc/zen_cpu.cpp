@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -982,8 +983,9 @@ inline void add_sets(V* acc, const RawSets<Idx, V>& sets, std::vector<int64_t>& 
 
 // Blocks [b_lo, b_hi) of out (dst), one after another through this thread's staging buffer: zeroed, summed
 // into, divided (the mean, as out.div_(divisor) computes it, without another pass over out), streamed out.
-// Where a chunk of blocks started and ended in each set: fill_sum checks that they meet end to end.
+// Where a thread's chunk of blocks started and ended in each set: fill_sum checks that they meet end to end.
 struct ChunkCursors {
+  int64_t b_lo;
   std::vector<int64_t> first, last;
 };
 
@@ -1045,13 +1047,15 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fill_sum", [&] {
       const RawSets<Idx, scalar_t> raw(sets, stride, offsets, M);
       char* dst = static_cast<char*>(out.data_ptr());
-      constexpr int64_t kBlocksPerChunk = 16;
-      std::vector<ChunkCursors> chunks((blocks.count + kBlocksPerChunk - 1) / kBlocksPerChunk);
-      at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c_lo, int64_t c_hi) {
-        for (int64_t c = c_lo; c < c_hi; ++c)
-          fill_blocks(dst, raw, blocks, divisor, c * kBlocksPerChunk,
-                      std::min(blocks.count, (c + 1) * kBlocksPerChunk), chunks[c]);
+      std::vector<ChunkCursors> chunks;
+      std::mutex taken;
+      at::parallel_for(0, blocks.count, 16, [&](int64_t b_lo, int64_t b_hi) {
+        ChunkCursors seen{b_lo, {}, {}};
+        fill_blocks(dst, raw, blocks, divisor, b_lo, b_hi, seen);
+        const std::lock_guard<std::mutex> lock(taken);
+        chunks.push_back(std::move(seen));
       });
+      std::sort(chunks.begin(), chunks.end(), [](const ChunkCursors& a, const ChunkCursors& b) { return a.b_lo < b.b_lo; });
       // every id was added exactly once: the chunks' ranges meet end to end from the first id to the last
       // (an id below 0 or at M or beyond, or out of order, breaks the chain or was refused in add_sets)
       for (int64_t s = 0; s < raw.count(); ++s) {
