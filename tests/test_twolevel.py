@@ -260,3 +260,27 @@ def test_emulated_cluster_puts_a_node_in_one_namespace() -> None:
         intra = sum(v for g in ranks for p, v in g["sent"].items() if link_class(p) == "intra")
         inter = sum(v for g in ranks for p, v in g["sent"].items() if link_class(p) == "inter")
         assert inter <= up < intra / 4, (n, up, inter, intra)
+
+
+def test_ab_script_alternates_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/twolevel_ab.py times flat and two-level zen in one launch: a row each, two-level's uplink bytes
+    the lower (the node's union crosses once), and a refused layout exits 2."""
+    import sys
+    from pathlib import Path
+
+    from zen.netem import NetemError
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import twolevel_ab
+
+    with pytest.raises(SystemExit) as refused:
+        twolevel_ab.main(["-n", "4", "--ranks-per-node", "4"])
+    assert refused.value.code == 2
+    try:
+        assert twolevel_ab.main(["-n", "4", "--numel", "2^14", "--density", "0.05", "--calls", "2",
+                                 "--warmup", "1"]) == 0
+    except NetemError as exc:
+        pytest.skip(f"no emulated cluster here: {exc}")
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert set(rows) == {"flat", "two-level"}
+    assert float(rows["two-level"][4]) < float(rows["flat"][4])
