@@ -80,6 +80,50 @@ def test_selector_picks_hc_for_disjoint_tiny_density_and_bp_for_overlap() -> Non
     assert zen.simulate("zen", overlapping, warmup=2).stats[0].choice == "bp"
 
 
+def test_selector_trial_keeps_the_fastest_call_of_each() -> None:
+    """On a clocked backend zen times two BP and two HC calls and compares the fastest of each at the slowest
+    rank: one slow HC call (a busy core) does not settle the choice; every call stays lossless."""
+    import time
+
+    from zen.api import sync
+    from zen.comm.sim import SimComm, SimGroup
+    from zen.registry import make_scheme
+
+    class Clocked(SimComm):
+        clocked = True  # as a real backend: the selector times its trial
+
+    class Slowed:
+        """A path whose calls first wait the given delays (then none); everything else is the path's."""
+
+        def __init__(self, path: object, waits: list[float]) -> None:
+            self.path, self.waits = path, iter(waits)
+
+        def __call__(self, *args: object) -> None:
+            time.sleep(next(self.waits, 0.0))
+            self.path(*args)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.path, name)
+
+    P, delays = 2, {"bp": [0.20, 0.10], "hc": [0.30, 0.02]}  # one trial call each would keep BP (0.10 < 0.30)
+    tensors = [CASES["random"](r, P, torch.float32) for r in range(P)]
+    total, magnitude = reference_sum(tensors)
+    group = SimGroup(P, timeout_s=60)
+
+    def rank_main(r: int) -> list[tuple[str, bool]]:
+        scheme = make_scheme("zen")
+        for name in ("bp", "hc"):
+            setattr(scheme, name, Slowed(getattr(scheme, name), delays[name]))
+        comm, got = Clocked(group, r, tensors[r].device), []
+        for _ in range(5):
+            out, stats = sync(scheme, tensors[r], comm)
+            got.append((stats.choice, matches_reference(out, total, magnitude, P)))
+        return got
+
+    for calls in group.run(rank_main):
+        assert [choice for choice, _ in calls] == ["bp", "bp", "hc", "hc", "hc"] and all(ok for _, ok in calls)
+
+
 @pytest.mark.parametrize("pull", ENCODINGS)
 def test_bp_compact_and_dense_paths_agree(pull: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """BP's compact path (sum over the received ids, encode from them; forced on) and its dense path

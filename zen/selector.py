@@ -5,9 +5,11 @@ The paper's rule (`select="bytes"`) asks the cost model which of the two receive
 alpha adds a per-message latency, which favours HC's fewer messages). Bytes are the verdict where the network
 is the bottleneck; where local work competes (ranks sharing cores, a slow decode of many partitions) they can
 mislead: at 8 ranks on 2 cores BP moves 22% fewer bytes than HC yet takes 1.7x longer. So by default
-(`select="time"`) the candidates are also timed on real backends: after the measuring BP calls one HC call
-runs, each rank all-gathers its two times, and the slower-at-its-slowest-rank loses; within 5% the bytes
-rule decides. The simulated group has no meaningful clock, so it always uses the bytes rule, as `predict` does.
+(`select="time"`) the candidates are also timed on real backends: after the measuring BP calls as many HC
+calls run, each rank all-gathers the fastest of each, and the slower-at-its-slowest-rank loses; within 5% the
+bytes rule decides. The fastest of several, not one call each: a call that met a busy core (a DDP hook's
+call overlaps backward) would otherwise settle the choice for good. The simulated group has no meaningful
+clock, so it always uses the bytes rule, as `predict` does.
 """
 
 from __future__ import annotations
@@ -49,15 +51,16 @@ class ZenAuto:
         self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
         self.forced = choice
         self.select = select
-        self.seen: dict[tuple, int] = {}
-        self.trials: dict[tuple, tuple[float, str]] = {}  # key -> (BP's time, the bytes rule's choice)
+        self.seen: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
+        self.trials: dict[tuple, tuple[float, str, list[float]]] = {}  # key -> (BP's fastest, the bytes rule's
+        # choice, the HC trial calls' times so far)
         self.choices: dict[tuple, str] = {}
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         key = (grad.num_rows, grad.row_width, grad.dtype)
         choice = self.forced or self.choices.get(key)
         if choice is None and key in self.trials:
-            choice = self.choices[key] = self._trial_hc(grad, comm, out, stats, *self.trials.pop(key))
+            self._trial_hc(key, grad, comm, out, stats)
             return
         if choice == "hc":
             stats.choice = "hc"
@@ -67,26 +70,33 @@ class ZenAuto:
         self.bp(grad, comm, out, stats)
         stats.choice = "bp"
         if choice is None:
-            self.seen[key] = self.seen.get(key, 0) + 1
-            if self.seen[key] >= self.measure_iters:
+            times = self.seen.setdefault(key, [])
+            times.append(time.perf_counter() - start)
+            if len(times) >= self.measure_iters:
                 by_bytes = self._decide(grad, comm, stats)
                 if self.select == "time" and comm.clocked and comm.world_size > 1:
-                    self.trials[key] = (time.perf_counter() - start, by_bytes)
+                    self.trials[key] = (min(times), by_bytes, [])
                 else:
                     self.choices[key] = by_bytes
 
-    def _trial_hc(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats, bp_s: float,
-                  by_bytes: str) -> str:
-        """One timed HC call, then the choice of the faster (at its slowest rank), the bytes rule on a tie."""
+    def _trial_hc(self, key: tuple, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
+        """One timed HC call; after `measure_iters` of them, the choice of the faster (the fastest call of
+        each, at its slowest rank), the bytes rule on a tie."""
+        bp_s, by_bytes, hc_times = self.trials[key]
         start = time.perf_counter()
         self.hc(grad, comm, out, stats)
         stats.choice = "hc"
-        mine = torch.tensor([bp_s, time.perf_counter() - start], dtype=torch.float64, device=comm.device)
+        hc_times.append(time.perf_counter() - start)
+        if len(hc_times) < self.measure_iters:
+            return
+        del self.trials[key]
+        mine = torch.tensor([bp_s, min(hc_times)], dtype=torch.float64, device=comm.device)
         bp_max, hc_max = comm.all_gather_fixed(mine).cpu().max(dim=0).values.tolist()
         stats.extra.update(bp_trial_s=bp_max, hc_trial_s=hc_max)
         if abs(bp_max - hc_max) <= TIE * max(bp_max, hc_max):
-            return by_bytes
-        return "hc" if hc_max < bp_max else "bp"
+            self.choices[key] = by_bytes
+        else:
+            self.choices[key] = "hc" if hc_max < bp_max else "bp"
 
     def _decide(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> str:
         mine = torch.tensor([stats.nnz, stats.server_count or 0], dtype=torch.int64, device=comm.device)

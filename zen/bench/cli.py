@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"by all ranks (--pattern is then unused): {', '.join(sparsifiers())}")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     p.add_argument("--repeats", type=positive_int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=4,
+                   help="untimed calls first (zen times BP and HC twice each, then keeps the faster)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bandwidth", type=rate, default=None, help="gloo only: emulated per-node link rate, e.g. 1gbit")
     p.add_argument("--sim-bandwidth-gbps", type=float, default=25.0, help="sim only: link rate for times")
