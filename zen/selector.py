@@ -51,7 +51,7 @@ class ZenAuto:
         self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
         self.forced = choice
         self.select = select
-        self.seen: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
+        self.measured: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
         self.trials: dict[tuple, tuple[float, str, list[float]]] = {}  # key -> (BP's fastest, the bytes rule's
         # choice, the HC trial calls' times so far)
         self.choices: dict[tuple, str] = {}
@@ -70,7 +70,7 @@ class ZenAuto:
         self.bp(grad, comm, out, stats)
         stats.choice = "bp"
         if choice is None:
-            times = self.seen.setdefault(key, [])
+            times = self.measured.setdefault(key, [])
             times.append(time.perf_counter() - start)
             if len(times) >= self.measure_iters:
                 by_bytes = self._decide(grad, comm, stats)

@@ -169,7 +169,7 @@ def all_gather(shard: torch.Tensor, bounds: list[int], intra: Communicator, out:
 def sparse_all_gather(result: RowSet, intra: Communicator, out: DenseOutput) -> None:
     """Every interleaved shard's result rows (int32 ids within the shard, and their undivided sums) from its
     local rank, written into `out` as disjoint row sets (rows id * k + j): one streaming pass that divides
-    on the way (`DenseOutput.write`), the same bits on every rank."""
+    on the way (`DenseOutput.write_shards`), the same bits on every rank."""
     ids, values = result
     out.write_shards(intra.all_gather_v((ids.to(torch.int32), values), phase="all_gather"))
 

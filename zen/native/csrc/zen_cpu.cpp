@@ -981,14 +981,15 @@ inline void add_sets(V* acc, const RawSets<Idx, V>& sets, std::vector<int64_t>& 
   }
 }
 
-// Blocks [b_lo, b_hi) of out (dst), one after another through this thread's staging buffer: zeroed, summed
-// into, divided (the mean, as out.div_(divisor) computes it, without another pass over out), streamed out.
 // Where a thread's chunk of blocks started and ended in each set: fill_sum checks that they meet end to end.
 struct ChunkCursors {
   int64_t b_lo;
   std::vector<int64_t> first, last;
 };
 
+// Blocks [b_lo, b_hi) of out (dst), one after another through this thread's staging buffer: zeroed, summed
+// into, divided (the mean, as out.div_(divisor) computes it, without another pass over out), streamed out;
+// `seen` gets the chunk's first and last cursor in each set.
 template <typename Idx, typename V>
 void fill_blocks(char* dst, const RawSets<Idx, V>& sets, const StageBlocks& blocks, int64_t divisor, int64_t b_lo,
                  int64_t b_hi, ChunkCursors& seen) {
