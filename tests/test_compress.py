@@ -10,12 +10,13 @@ import pytest
 import torch
 
 import zen
+from zen import native
 from zen.bench.patterns import make_gradient
 from zen.compress import compressors, make_compressor, sparsifiers
 from zen.compress.base import PartContext
 from zen.compress.qsgd import QSGD
 from zen.compress.sign import pack_signs, unpack_signs
-from zen.compress.topk import exact_topk, sampled_topk
+from zen.compress.topk import exact_topk, sampled_choose
 from zen.launch import spawn
 
 from .test_prediction import compare
@@ -120,9 +121,63 @@ def test_topk_keeps_the_largest_and_the_sampled_threshold_stays_close() -> None:
     ids = exact_topk(x, k)
     assert ids.numel() == k and bool((ids[1:] > ids[:-1]).all())
     assert float(x.abs()[ids].min()) >= float(x.abs().kthvalue(x.numel() - k + 1).values) - 1e-6
-    approx = sampled_topk(x, k, 0.01, torch.Generator().manual_seed(2))
+    flat, res = x.clone(), torch.zeros_like(x)
+    approx, values = sampled_choose(flat, res, flat, k, 0.01, torch.Generator().manual_seed(2))
     assert k // 2 <= approx.numel() <= k and bool((approx[1:] > approx[:-1]).all())
     assert len(set(approx.tolist()) & set(ids.tolist())) >= 0.9 * approx.numel()
+    assert torch.equal(values, x[approx]) and torch.equal(flat + res, x), "sent + kept = the gradient"
+
+
+def _sweep_inputs(kind: str, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(n)
+    res, grad = torch.randn(n, generator=gen, dtype=dtype), torch.randn(n, generator=gen, dtype=dtype)
+    if kind == "ties":  # equal magnitudes: the threshold is met by far more than k
+        res, grad = torch.zeros(n, dtype=dtype), torch.where(grad < 0, -1.0, 1.0).to(dtype)
+    elif kind == "mostly_zero":  # fewer non-zeros than k: a zero threshold, every non-zero passes
+        grad[torch.rand(n, generator=gen) < 0.99] = 0
+        res.zero_()
+    elif kind == "spikes":  # a few large values among equal small ones
+        res.zero_()
+        grad = torch.full((n,), 1e-3, dtype=dtype)
+        grad[torch.randperm(n, generator=gen)[: n // 50]] = 5.0
+    return res, grad
+
+
+def _sample_the_tail(monkeypatch: pytest.MonkeyPatch, acc: torch.Tensor) -> None:
+    """A sample that drew only the largest elements: its threshold is far too high, fewer than k / 2 pass,
+    and the exact top-k must take over."""
+    top = acc.abs().topk(64).indices
+    monkeypatch.setattr(torch, "randint", lambda high, size, **_: top.repeat(size[0] // 64 + 1)[: size[0]])
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "mostly_zero", "spikes", "tail_sampled"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("momentum", [False, True])
+@pytest.mark.parametrize("n", [5_000, 300_001])
+def test_native_sweep_chooses_what_the_torch_path_chooses(kind: str, dtype: torch.dtype, momentum: bool,
+                                                          n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-pass native sweep sends the same elements and keeps the same residual, bit for bit."""
+    if native.get("cpu") is None:
+        pytest.skip("native kernels unavailable")
+    outcomes = []
+    for use_native in (True, False):
+        res, grad = _sweep_inputs("random" if kind == "tail_sampled" else kind, n, dtype)
+        flat = grad.clone()
+        src = (grad * 0.5).clone() if momentum else flat  # a velocity apart from the part, or the part itself
+        if kind == "tail_sampled":
+            _sample_the_tail(monkeypatch, res + src)
+        k = max(1, n // 20)
+        if use_native:
+            ids, values = sampled_choose(src, res, flat, k, 0.01, torch.Generator().manual_seed(7))
+        else:
+            with native.disabled():
+                ids, values = sampled_choose(src, res, flat, k, 0.01, torch.Generator().manual_seed(7))
+        assert ids.numel() <= k and bool((ids[1:] > ids[:-1]).all())
+        if kind == "tail_sampled":
+            assert ids.numel() == k, "the exact top-k took over"
+        outcomes.append((ids, values, res, flat))
+    for a, b in zip(*outcomes, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
 
 
 def test_dgc_warms_up_masks_momentum_and_clips() -> None:

@@ -381,3 +381,17 @@ def test_cuda_kernels_compile_with_nvcc(nvcc_check: Future | None) -> None:
         pytest.skip("nvcc not found")
     outcome = nvcc_check.result(timeout=600)
     assert outcome.ok, outcome.message
+
+
+def test_sweep_threshold_refuses_what_it_cannot_sweep(ext: ModuleType) -> None:
+    """Mismatched sizes or dtypes are an error of the kernel; the wrapper leaves other dtypes to torch."""
+    with pytest.raises(RuntimeError, match="one size and dtype"):
+        ext.sweep_threshold(torch.zeros(10), torch.zeros(9), torch.zeros(10), 0.5, False)
+    with pytest.raises(RuntimeError, match="one size and dtype"):
+        ext.sweep_threshold(torch.zeros(10), torch.zeros(10, dtype=torch.float64), torch.zeros(10), 0.5, False)
+    half = torch.zeros(10, dtype=torch.float16)
+    assert native.sweep_threshold(half, half.clone(), half.clone(), 0.5, False) is None
+    res, src, out = torch.tensor([0.5, -1.0, 0.0, 2.0]), torch.tensor([0.0, 0.25, 0.0, -3.0]), torch.empty(4)
+    ids, values = ext.sweep_threshold(res, src, out, 0.5, False)
+    assert ids.tolist() == [0, 1, 3] and values.tolist() == [0.5, -0.75, -1.0]
+    assert res.tolist() == [0.0, 0.0, 0.0, 0.0] and out.tolist() == [0.5, -0.75, 0.0, -1.0]

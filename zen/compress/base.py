@@ -71,33 +71,41 @@ class Compressor(ABC):
         """Overwrite `tensor` (a part, any shape) with the chosen gradient; return it as rows of width 1 with
         the chosen (ascending ids, values) already extracted."""
         flat = tensor.view(-1)
-        acc = self._accumulate(flat, ctx)
-        ids = self.select(acc, ctx)
-        values = acc.index_select(0, ids)
-        self.forget(ids, ctx)
-        flat.zero_()
-        flat.index_copy_(0, ids, values)
+        ids, values = self.choose(self._incoming(flat, ctx), self._residual(flat, ctx), flat, ctx)
         return LocalGrad(flat.numel(), 1, flat.dtype, flat.device, dense=flat.view(-1, 1), indices=ids,
                          values=values.view(-1, 1))
 
-    def _accumulate(self, flat: torch.Tensor, ctx: PartContext) -> torch.Tensor:
-        """Error feedback: the residual plus this step's gradient, kept in the residual's buffer."""
+    def _incoming(self, flat: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        """What this step adds to the residual: the gradient itself (DGC: clipped, momentum-corrected)."""
+        return flat
+
+    def _residual(self, flat: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        """This part's error-feedback buffer (zeros at first)."""
         res = self.memory.get(ctx.key)
         if res is None or res.shape != flat.shape:
             res = self.memory[ctx.key] = torch.zeros_like(flat)
-        return res.add_(flat)
+        return res
 
-    def forget(self, ids: torch.Tensor, ctx: PartContext) -> None:
-        """What was sent leaves the residual."""
-        self.memory[ctx.key].index_fill_(0, ids, 0)
+    def _accumulate(self, flat: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        """Error feedback: the residual plus this step's gradient, kept in the residual's buffer."""
+        return self._residual(flat, ctx).add_(self._incoming(flat, ctx))
+
+    def choose(self, src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, ctx: PartContext
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Accumulate `src` into the residual `res`, send `select`'s elements: they move to `flat` (zero
+        elsewhere; `src` may be `flat`) and leave `res`. Returns the sent (ascending ids, values)."""
+        acc = res.add_(src)
+        flat.zero_()
+        return take(acc, flat, self.select(acc, ctx))
 
     def keep(self, numel: int, ctx: PartContext) -> int:
         """Elements to keep of a part of `numel` (at least one)."""
         return max(1, min(numel, math.ceil(self.density * numel)))
 
-    @abstractmethod
     def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
-        """Ascending int64 ids of the elements of `acc` (the error-compensated gradient) to send."""
+        """Ascending int64 ids of the elements of `acc` (the error-compensated gradient) to send; a
+        sparsifier gives this or its own `choose`."""
+        raise NotImplementedError(f"{self.name} chooses in its own pass")
 
     def exchange(self, tensor: torch.Tensor, ctx: PartContext, comm: Communicator, out: torch.Tensor,
                  divisor: int) -> None:
@@ -150,3 +158,11 @@ class Quantizer(Compressor):
 
 def sorted_ids(ids: torch.Tensor) -> torch.Tensor:
     return ids.sort().values if ids.numel() > 1 else ids
+
+
+def take(acc: torch.Tensor, flat: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Send acc[ids]: the values move to `flat` (zero before) and leave `acc` (the residual)."""
+    values = acc.index_select(0, ids)
+    acc.index_fill_(0, ids, 0)
+    flat.index_copy_(0, ids, values)
+    return ids, values

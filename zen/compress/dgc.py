@@ -2,7 +2,7 @@
 momentum correction (u = m u + g, v = v + u, send top-k of v), momentum factor masking (sent elements leave
 both u and v), local gradient clipping (the gradient's norm capped at clip_norm / sqrt(N) before it is
 accumulated), and density warm-up (exponentially from `warmup_density` down to `density` over
-`warmup_steps`). The threshold comes from a sample (zen.compress.topk.sampled_topk).
+`warmup_steps`). The threshold comes from a sample (zen.compress.topk.sampled_choose).
 
 Momentum correction replaces the optimizer's momentum: train with `momentum` here and none in the optimizer
 (momentum=0 leaves plain error feedback)."""
@@ -16,7 +16,7 @@ import torch
 
 from zen.compress import register_compressor
 from zen.compress.base import Compressor, PartContext
-from zen.compress.topk import sampled_topk
+from zen.compress.topk import sampled_choose
 
 
 @register_compressor("dgc")
@@ -38,23 +38,19 @@ class DGC(Compressor):
     def keep(self, numel: int, ctx: PartContext) -> int:
         return max(1, min(numel, math.ceil(self.density_at(ctx.step) * numel)))
 
-    def _accumulate(self, flat: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+    def _incoming(self, flat: torch.Tensor, ctx: PartContext) -> torch.Tensor:
+        """Local gradient clipping, then momentum correction: the velocity u = m u + g is what accumulates."""
         if self.clip_norm is not None:
             limit = self.clip_norm / math.sqrt(ctx.world)
             norm = float(flat.norm())
             if norm > limit:
                 flat.mul_(limit / norm)
-        if self.momentum:
-            u = self.momenta.get(ctx.key)
-            if u is None or u.shape != flat.shape:
-                u = self.momenta[ctx.key] = torch.zeros_like(flat)
-            flat = u.mul_(self.momentum).add_(flat)
-        return super()._accumulate(flat, ctx)
-
-    def forget(self, ids: torch.Tensor, ctx: PartContext) -> None:
-        super().forget(ids, ctx)
-        if self.momentum:
-            self.momenta[ctx.key].index_fill_(0, ids, 0)
+        if not self.momentum:
+            return flat
+        u = self.momenta.get(ctx.key)
+        if u is None or u.shape != flat.shape:
+            u = self.momenta[ctx.key] = torch.zeros_like(flat)
+        return u.mul_(self.momentum).add_(flat)
 
     def prune(self, keep: Iterable[Hashable]) -> None:
         kept = set(keep)
@@ -63,5 +59,9 @@ class DGC(Compressor):
             if key not in kept:
                 del self.momenta[key]
 
-    def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
-        return sampled_topk(acc, self.keep(acc.numel(), ctx), self.sample, self.gen)
+    def choose(self, src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, ctx: PartContext
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, values = sampled_choose(src, res, flat, self.keep(res.numel(), ctx), self.sample, self.gen)
+        if self.momentum:  # momentum factor masking: sent elements leave the velocity too
+            self.momenta[ctx.key].index_fill_(0, ids, 0)
+        return ids, values

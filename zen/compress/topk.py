@@ -1,14 +1,16 @@
 """Top-k sparsification with error feedback: the k = density x n largest magnitudes of the
 error-compensated gradient. Exact (torch.topk), or `sampled`: DGC's threshold estimated on a random sample,
 then an exact top-k only among the elements above it (Lin et al., ICLR'18, §3: fewer passes than a full
-top-k selection)."""
+top-k selection). The sampled path sweeps the part once (zen.native.sweep_threshold: accumulate, compare,
+send and keep in one pass), with a torch-op fallback that chooses the same elements."""
 
 from __future__ import annotations
 
 import torch
 
+from zen import native
 from zen.compress import register_compressor
-from zen.compress.base import Compressor, PartContext, sorted_ids
+from zen.compress.base import Compressor, PartContext, sorted_ids, take
 
 MIN_SAMPLE = 1024
 
@@ -20,23 +22,41 @@ def exact_topk(acc: torch.Tensor, k: int) -> torch.Tensor:
     return sorted_ids(acc.abs().topk(k, sorted=False).indices)
 
 
-def sampled_topk(acc: torch.Tensor, k: int, sample: float, gen: torch.Generator) -> torch.Tensor:
-    """About the k largest |acc|: the threshold is the matching quantile of a random sample; if more than k
-    pass it, the k largest of those; if fewer than k / 2 (a sample that missed the tail), the exact top-k."""
-    n = acc.numel()
+def sampled_choose(src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, k: int, sample: float,
+                   gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Compressor.choose with about the k largest |res + src|: the threshold is the matching quantile of a
+    random sample; if more than k pass it, the k largest of those (the rest go back to the residual); if
+    fewer than k / 2 (a sample that missed the tail), the exact top-k."""
+    n = res.numel()
     m = min(n, max(MIN_SAMPLE, int(n * sample)))
     if m >= n or k >= n:
-        return exact_topk(acc, k)
-    mag = acc.abs()
-    picks = torch.randint(n, (m,), generator=gen, device=acc.device)
+        acc = res.add_(src)
+        flat.zero_()
+        return take(acc, flat, exact_topk(acc, k))
+    picks = torch.randint(n, (m,), generator=gen, device=res.device)
     kept = max(1, round(k * m / n))
-    threshold = mag.index_select(0, picks).topk(kept, sorted=True).values[-1]
-    ids = (mag >= threshold if threshold > 0 else mag > 0).nonzero().view(-1)
+    sampled = (res.index_select(0, picks) + src.index_select(0, picks)).abs()
+    threshold = sampled.topk(kept, sorted=True).values[-1]
+    strict = not bool(threshold > 0)  # a zero (or NaN) quantile: every non-zero passes
+    swept = native.sweep_threshold(res, src, flat, 0.0 if strict else float(threshold), strict)
+    if swept is None:
+        acc = res.add_(src)
+        mag = acc.abs()
+        flat.zero_()
+        swept = take(acc, flat, (mag > 0 if strict else mag >= threshold).nonzero().view(-1))
+    ids, values = swept
     if ids.numel() > k:
-        return sorted_ids(ids.index_select(0, mag.index_select(0, ids).topk(k, sorted=False).indices))
+        keep = torch.zeros(ids.numel(), dtype=torch.bool, device=ids.device)
+        keep[values.abs().topk(k, sorted=False).indices] = True
+        back = ids[~keep]
+        res.index_copy_(0, back, values[~keep])
+        flat.index_fill_(0, back, 0)
+        return ids[keep], values[keep]
     if ids.numel() < k // 2:
-        return exact_topk(acc, k)
-    return ids
+        res.index_copy_(0, ids, values)  # the residual is the whole error-compensated gradient again
+        flat.index_fill_(0, ids, 0)
+        return take(res, flat, exact_topk(res, k))
+    return ids, values
 
 
 @register_compressor("topk")
@@ -48,6 +68,11 @@ class TopK(Compressor):
         self.sampled, self.sample, self.seed = sampled, sample, seed
         self.gen = torch.Generator().manual_seed(seed)  # its own stream: the training RNG is left alone
 
+    def choose(self, src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, ctx: PartContext
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.sampled:
+            return sampled_choose(src, res, flat, self.keep(res.numel(), ctx), self.sample, self.gen)
+        return super().choose(src, res, flat, ctx)
+
     def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
-        k = self.keep(acc.numel(), ctx)
-        return sampled_topk(acc, k, self.sample, self.gen) if self.sampled else exact_topk(acc, k)
+        return exact_topk(acc, self.keep(acc.numel(), ctx))

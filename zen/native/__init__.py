@@ -2,7 +2,8 @@
 
 Non-zero extraction, hierarchical hashing (paper section 3), S_j and the hash bitmap (section 4) have
 torch-op reference implementations in zen.types / zen.hashing / zen.encodings, and the row-set kernels
-(merge, scatter, streamed dense sum) in zen.rows / LocalGrad.write_result; these kernels produce the
+(merge, scatter, streamed dense sum) in zen.rows / LocalGrad.write_result, and the sparsifiers' threshold
+sweep in zen.compress.topk; these kernels produce the
 same results (same partition membership, same bytes, same bits) much faster. `get(device)` returns the compiled
 extension or None: ZEN_NATIVE=0 disables it, and a missing compiler or a failed build logs ONE warning
 and leaves the torch-op path in charge. The first use builds the extension (~30 s, cached on disk;
@@ -221,3 +222,16 @@ def split_interleaved(ids: torch.Tensor, values: torch.Tensor, k: int
             or ids.device.type != "cpu" or (ext := get(ids.device)) is None):
         return None
     return ext.split_interleaved(ids, values, k)
+
+
+def sweep_threshold(res: torch.Tensor, src: torch.Tensor, out: torch.Tensor, threshold: float, strict: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A sparsifier's threshold sweep in one pass: acc = res + src; elements with |acc| >= threshold (> when
+    `strict`) go to `out` and leave `res`, the rest stay in `res` (zero in `out`); returns the chosen
+    (ascending int64 ids, values). fp32 / fp64 contiguous 1-D CPU tensors only (`src` may be `out`)."""
+    tensors = (res, src, out)
+    if (any(t.dim() != 1 or not t.is_contiguous() or t.device.type != "cpu" or t.dtype != res.dtype
+            or t.numel() != res.numel() for t in tensors) or res.dtype not in (torch.float32, torch.float64)
+            or (ext := get(res.device)) is None):
+        return None
+    return ext.sweep_threshold(res, src, out, threshold, strict)

@@ -1,7 +1,7 @@
 // CPU kernels (ATen + at::parallel_for) for the hot paths of Zen: non-zero row extraction, hierarchical
 // hashing (paper section 3, Algorithm 1), S_j = the rows h0 maps to each server, the hash-bitmap pull
 // encoding (section 4, Algorithm 2), and the row-set work around them: HC's merge of two sorted unions,
-// a checked scatter, and the streamed write of a dense result.
+// a checked scatter, and the streamed write of a dense result; and a sparsifier's threshold sweep.
 //
 // Values are tested ("!= 0" as "any magnitude bit set") and copied on their raw bits, so those kernels are
 // bit-exact by construction for fp16 / bf16 / fp32 / fp64; the sums (merge_rows, fill_sum) add, and
@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <tuple>
 #include <type_traits>
@@ -1099,6 +1100,72 @@ Tensor hash_values(const Tensor& index_in, std::vector<int64_t> a, std::vector<i
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// A sparsifier's threshold sweep (zen.compress.topk): acc = res + src element by element (as res.add_(src)
+// rounds it); the elements with |acc| >= threshold (> threshold when `strict`) go to `out` and leave the
+// residual, the rest stay in `res` and are zero in `out`. One pass instead of an add, an abs, a compare, a
+// nonzero, two gathers, a fill and a zeroing. `src` may be `out` (elementwise, in place). Returns the
+// chosen (ascending int64 ids, values).
+
+template <bool kStrict, typename V>
+void sweep_chunk(V* res, const V* src, V* out, int64_t lo, int64_t hi, V t, std::vector<int64_t>& ids,
+                 std::vector<V>& vals) {
+  for (int64_t base = lo; base < hi; base += 64) {
+    const int64_t len = std::min<int64_t>(64, hi - base);
+    uint64_t m = 0;
+    for (int64_t j = 0; j < len; ++j) {
+      const V v = res[base + j] + src[base + j];
+      const V a = v < V(0) ? -v : v;
+      const bool take = kStrict ? a > t : a >= t;
+      res[base + j] = take ? V(0) : v;
+      out[base + j] = take ? v : V(0);
+      m |= static_cast<uint64_t>(take) << j;
+    }
+    for (; m; m &= m - 1) {
+      const int64_t i = base + __builtin_ctzll(m);
+      ids.push_back(i);
+      vals.push_back(out[i]);
+    }
+  }
+}
+
+std::tuple<Tensor, Tensor> sweep_threshold(Tensor& res, const Tensor& src, Tensor& out, double threshold,
+                                           bool strict) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&res, &src, &out})
+    TORCH_CHECK(t->device().is_cpu() && t->dim() == 1 && t->is_contiguous() && t->numel() == res.numel() &&
+                    t->scalar_type() == res.scalar_type(),
+                "zen native: sweep_threshold needs contiguous 1-D CPU tensors of one size and dtype");
+  TORCH_CHECK(res.scalar_type() == at::kFloat || res.scalar_type() == at::kDouble,
+              "zen native: sweep_threshold takes fp32 or fp64, got ", res.scalar_type());
+  return AT_DISPATCH_FLOATING_TYPES(res.scalar_type(), "sweep_threshold", [&] {
+    using V = scalar_t;
+    const int64_t n = res.numel();
+    V* r = res.data_ptr<V>();
+    const V* s = src.data_ptr<V>();
+    V* o = out.data_ptr<V>();
+    const V t = static_cast<V>(threshold);
+    const Chunks chunks(n, kGrain);
+    std::vector<std::vector<int64_t>> ids(chunks.count);
+    std::vector<std::vector<V>> vals(chunks.count);
+    chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+      if (strict)
+        sweep_chunk<true>(r, s, o, lo, hi, t, ids[c], vals[c]);
+      else
+        sweep_chunk<false>(r, s, o, lo, hi, t, ids[c], vals[c]);
+    });
+    std::vector<int64_t> base(chunks.count);
+    for (int64_t c = 0; c < chunks.count; ++c) base[c] = static_cast<int64_t>(ids[c].size());
+    const int64_t k = exclusive_scan(base);
+    Tensor index = at::empty({k}, res.options().dtype(at::kLong));
+    Tensor values = at::empty({k}, res.options());
+    for (int64_t c = 0; c < chunks.count; ++c) {
+      std::memcpy(index.data_ptr<int64_t>() + base[c], ids[c].data(), ids[c].size() * sizeof(int64_t));
+      std::memcpy(values.data_ptr<V>() + base[c], vals[c].data(), vals[c].size() * sizeof(V));
+    }
+    return std::make_tuple(index, values);
+  });
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -1127,6 +1194,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("put_rows", &put_rows, "out[ids] = values for distinct ids",
         py::call_guard<py::gil_scoped_release>());
   m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("sweep_threshold", &sweep_threshold, "a sparsifier's threshold sweep: (ids, values) chosen from res + src",
         py::call_guard<py::gil_scoped_release>());
   m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks",
         py::call_guard<py::gil_scoped_release>());
