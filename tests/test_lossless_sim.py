@@ -322,3 +322,19 @@ def test_in_place_table_writes_only_its_rows(scheme: str, kernels: str, monkeypa
             for a, b in zip(apart.outputs, inplace.outputs, strict=True):
                 assert torch.equal(a.view(torch.int32), b.view(torch.int32)), (scheme, P)
     assert not streamed
+
+
+def test_server_paths_script_compares_equal_messages(capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/bp_server_paths.py times both server paths on messages it checks are equal; bad widths exit 2."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bp_server_paths
+
+    with pytest.raises(SystemExit) as refused:
+        bp_server_paths.main(["--widths", "1,x"])
+    assert refused.value.code == 2
+    assert bp_server_paths.main(["--numel", "2^14", "--widths", "1,4", "--repeats", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["1"] * 5 + ["4"] * 5
