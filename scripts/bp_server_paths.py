@@ -6,17 +6,14 @@
 A server sums what the ranks pushed to it and encodes its partition S_r for the pull (hash bitmap). The
 dense path adds the messages into the whole (M, D) buffer and scans S_r's rows; the compact path sums over
 the sorted distinct received ids and sets their bits by position. For received ids at a share of |S_r|
-(the ratio's inverse), each row prints both paths' time (best of two medians) and checks they give the
-same message. Time it on a quiet machine.
+(the ratio's inverse), each row prints both paths' time (best of two medians, each after a warm-up run)
+and checks they give the same message. Time it on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import torch
 
@@ -24,27 +21,20 @@ from zen.bp import _compact_sum
 from zen.cli_args import count
 from zen.encodings import get_encoding
 from zen.hashing import HashFamily, server_ranks, server_rows
+from zen.native.bench import timed
 from zen.rows import add_messages
 
 SHARES = (0.1, 0.2, 0.25, 0.33, 0.5)
-
-
-def _median_ms(f: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def compare(numel: int, width: int, world: int, shares: tuple[float, ...], repeats: int) -> list[tuple]:
     """(share, compact ms, dense ms) for server 0 of `world`, `world` messages of random S_0 rows each."""
     encoding, rows = get_encoding("hash_bitmap"), numel // width
     family = HashFamily.from_seed(123, 3)
-    members, offsets = server_rows(rows, world, family, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    members, offsets = server_rows(rows, world, family, cpu)
     mine = members[offsets[0] : offsets[1]]
-    positions = server_ranks(rows, world, family, torch.device("cpu"), 0)
+    positions = server_ranks(rows, world, family, cpu, 0)
     buffer = torch.zeros(rows, width)
     gen = torch.Generator().manual_seed(0)
     out = []
@@ -66,8 +56,8 @@ def compare(numel: int, width: int, world: int, shares: tuple[float, ...], repea
         (d_payload, d_values), _ = dense()
         if not (torch.equal(c_payload, d_payload) and torch.equal(c_values, d_values)):
             raise AssertionError(f"the two paths' messages differ at share {share}")
-        out.append((share, min(_median_ms(compact, repeats) for _ in range(2)),
-                    min(_median_ms(dense, repeats) for _ in range(2))))
+        out.append((share, min(timed(compact, repeats, cpu) for _ in range(2)) * 1e3,
+                    min(timed(dense, repeats, cpu) for _ in range(2)) * 1e3))
     return out
 
 

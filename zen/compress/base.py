@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -94,9 +94,7 @@ class Compressor(ABC):
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Accumulate `src` into the residual `res`, send `select`'s elements: they move to `flat` (zero
         elsewhere; `src` may be `flat`) and leave `res`. Returns the sent (ascending ids, values)."""
-        acc = res.add_(src)
-        flat.zero_()
-        return take(acc, flat, self.select(acc, ctx))
+        return send(src, res, flat, lambda acc: self.select(acc, ctx))
 
     def keep(self, numel: int, ctx: PartContext) -> int:
         """Elements to keep of a part of `numel` (at least one)."""
@@ -141,9 +139,6 @@ class Quantizer(Compressor):
         """Bytes each rank receives per phase for one part of `numel` elements (as zen.prediction does for
         schemes)."""
 
-    def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
-        raise NotImplementedError(f"{self.name} sends every element")
-
     def exchange(self, tensor: torch.Tensor, ctx: PartContext, comm: Communicator, out: torch.Tensor,
                  divisor: int) -> None:
         """Compress `tensor`, all-gather the codes, write sum / divisor into `out` (may be `tensor`)."""
@@ -158,6 +153,15 @@ class Quantizer(Compressor):
 
 def sorted_ids(ids: torch.Tensor) -> torch.Tensor:
     return ids.sort().values if ids.numel() > 1 else ids
+
+
+def send(src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor,
+         select: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accumulate `src` into the residual `res` and send `select(acc)`'s ids: their values move to `flat`
+    (zeroed first; `src` may be `flat`) and leave `res`."""
+    acc = res.add_(src)
+    flat.zero_()
+    return take(acc, flat, select(acc))
 
 
 def take(acc: torch.Tensor, flat: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ import torch
 
 from zen import native
 from zen.compress import register_compressor
-from zen.compress.base import Compressor, PartContext, sorted_ids, take
+from zen.compress.base import Compressor, PartContext, send, sorted_ids, take
 
 MIN_SAMPLE = 1024
 
@@ -30,9 +30,7 @@ def sampled_choose(src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, k: 
     n = res.numel()
     m = min(n, max(MIN_SAMPLE, int(n * sample)))
     if m >= n or k >= n:
-        acc = res.add_(src)
-        flat.zero_()
-        return take(acc, flat, exact_topk(acc, k))
+        return send(src, res, flat, lambda acc: exact_topk(acc, k))
     picks = torch.randint(n, (m,), generator=gen, device=res.device)
     kept = max(1, round(k * m / n))
     sampled = (res.index_select(0, picks) + src.index_select(0, picks)).abs()
@@ -40,10 +38,8 @@ def sampled_choose(src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, k: 
     strict = not bool(threshold > 0)  # a zero (or NaN) quantile: every non-zero passes
     swept = native.sweep_threshold(res, src, flat, 0.0 if strict else float(threshold), strict)
     if swept is None:
-        acc = res.add_(src)
-        mag = acc.abs()
-        flat.zero_()
-        swept = take(acc, flat, (mag > 0 if strict else mag >= threshold).nonzero().view(-1))
+        swept = send(src, res, flat, lambda acc: (acc.abs() > 0 if strict else acc.abs() >= threshold)
+                     .nonzero().view(-1))
     ids, values = swept
     if ids.numel() > k:
         keep = torch.zeros(ids.numel(), dtype=torch.bool, device=ids.device)
