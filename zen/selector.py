@@ -6,9 +6,12 @@ alpha adds a per-message latency, which favours HC's fewer messages). Bytes are 
 is the bottleneck; where local work competes (ranks sharing cores, a slow decode of many partitions) they can
 mislead: at 8 ranks on 2 cores BP moves 22% fewer bytes than HC yet takes 1.7x longer. So by default
 (`select="time"`) the candidates are also timed on real backends: after the measuring BP calls as many HC
-calls run, each rank all-gathers the fastest of each, and the slower-at-its-slowest-rank loses; within 5% the
-bytes rule decides. The fastest of several, not one call each: a call that met a busy core (a DDP hook's
-call overlaps backward) would otherwise settle the choice for good. The simulated group has no meaningful
+calls run, each rank all-gathers the fastest of each, and the one slower at its fastest rank loses; within 5%
+the bytes rule decides. The fastest of several, not one call each: a call that met a busy core (a DDP hook's
+call overlaps backward) would otherwise settle the choice for good. The fastest rank, not the slowest: a
+rank's time includes waiting for the others to arrive (in a DDP hook, how far apart the ranks' backward
+passes are), which no path changes; the rank that arrived last waited least, so its time is the path's own,
+which is what a step's end waits for after the last rank is ready. The simulated group has no meaningful
 clock, so it always uses the bytes rule, as `predict` does.
 """
 
@@ -81,7 +84,8 @@ class ZenAuto:
 
     def _trial_hc(self, key: tuple, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         """One timed HC call; after `measure_iters` of them, the choice of the faster (the fastest call of
-        each, at its slowest rank), the bytes rule on a tie."""
+        each, at the rank where it is fastest: the one that waited least for the others), the bytes rule on a
+        tie."""
         bp_s, by_bytes, hc_times = self.trials[key]
         start = time.perf_counter()
         self.hc(grad, comm, out, stats)
@@ -91,12 +95,12 @@ class ZenAuto:
             return
         del self.trials[key]
         mine = torch.tensor([bp_s, min(hc_times)], dtype=torch.float64, device=comm.device)
-        bp_max, hc_max = comm.all_gather_fixed(mine).cpu().max(dim=0).values.tolist()
-        stats.extra.update(bp_trial_s=bp_max, hc_trial_s=hc_max)
-        if abs(bp_max - hc_max) <= TIE * max(bp_max, hc_max):
+        bp_s, hc_s = comm.all_gather_fixed(mine).cpu().min(dim=0).values.tolist()
+        stats.extra.update(bp_trial_s=bp_s, hc_trial_s=hc_s)
+        if abs(bp_s - hc_s) <= TIE * max(bp_s, hc_s):
             self.choices[key] = by_bytes
         else:
-            self.choices[key] = "hc" if hc_max < bp_max else "bp"
+            self.choices[key] = "hc" if hc_s < bp_s else "bp"
 
     def _decide(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> str:
         mine = torch.tensor([stats.nnz, stats.server_count or 0], dtype=torch.int64, device=comm.device)
