@@ -37,8 +37,8 @@ TIE = 0.05  # time differences within this fraction leave the choice to the byte
 @register_scheme("zen")
 class ZenAuto:
     """Measures d_G and gamma^n during the first `measure_iters` calls per tensor size (as BP), then, with
-    `select="time"` on a real backend, tries HC once; keeps the choice. Every rank decides from the same
-    all-gathered numbers."""
+    `select="time"` on a real backend, times as many HC calls; keeps the choice. Every rank decides from the
+    same all-gathered numbers."""
 
     sparse_input = True
 
