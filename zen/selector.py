@@ -95,12 +95,12 @@ class ZenAuto:
             return
         del self.trials[key]
         mine = torch.tensor([bp_s, min(hc_times)], dtype=torch.float64, device=comm.device)
-        bp_s, hc_s = comm.all_gather_fixed(mine).cpu().min(dim=0).values.tolist()
-        stats.extra.update(bp_trial_s=bp_s, hc_trial_s=hc_s)
-        if abs(bp_s - hc_s) <= TIE * max(bp_s, hc_s):
+        bp_best, hc_best = comm.all_gather_fixed(mine).cpu().min(dim=0).values.tolist()
+        stats.extra.update(bp_trial_s=bp_best, hc_trial_s=hc_best)
+        if abs(bp_best - hc_best) <= TIE * max(bp_best, hc_best):
             self.choices[key] = by_bytes
         else:
-            self.choices[key] = "hc" if hc_s < bp_s else "bp"
+            self.choices[key] = "hc" if hc_best < bp_best else "bp"
 
     def _decide(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> str:
         mine = torch.tensor([stats.nnz, stats.server_count or 0], dtype=torch.int64, device=comm.device)
