@@ -169,10 +169,12 @@ def test_bp_compact_and_dense_paths_agree(pull: str, monkeypatch: pytest.MonkeyP
         assert torch.equal(out, ref_out) and phases == ref_phases
 
 
+@pytest.mark.parametrize("ids", ["coo", "gaps"])
 @pytest.mark.parametrize("P", [2, 4, 5, 8])
-def test_hc_union_survives_exact_cancellation(P: int) -> None:
+def test_hc_union_survives_exact_cancellation(P: int, ids: str) -> None:
     """HC reads its union off the running sums; rows that cancel to exactly zero stay in the union
-    (lossless, bytes as predicted) even when partners send them again in later rounds."""
+    (lossless, bytes as predicted) even when partners send them again in later rounds; with plain COO ids
+    and gap-coded ones alike."""
     from zen.bench.patterns import make_gradient
     from zen.prediction import layout_and_sets, predict
 
@@ -182,11 +184,11 @@ def test_hc_union_survives_exact_cancellation(P: int) -> None:
     if P >= 4:  # the same rows come back from the partner block, cancelled there too
         tensors[2][tensors[0] != 0] = 1.0
         tensors[3][tensors[0] != 0] = -1.0
-    res = zen.simulate("zen-hc", tensors, seed=7)
+    res = zen.simulate("zen-hc", tensors, seed=7, ids=ids)
     total, magnitude = reference_sum(tensors)
     assert all(matches_reference(o, total, magnitude, P) and torch.equal(o, res.outputs[0]) for o in res.outputs)
     layout, sets = layout_and_sets(tensors, 7)
-    for r, phases in enumerate(predict("zen-hc", sets, layout)):
+    for r, phases in enumerate(predict("zen-hc", sets, layout, ids=ids)):
         assert {p: v[r] for p, v in res.phases.items() if v[r]} == {p: v for p, v in phases.items() if v}
 
 

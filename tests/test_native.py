@@ -4,6 +4,7 @@ int64 indices and adversarial inputs; plus the nvcc compile-only check of the CU
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
@@ -12,10 +13,11 @@ import pytest
 import torch
 
 import zen
-from zen import hashing, native
+from zen import gaps, hashing, native
 from zen.encodings import encodings, get_encoding
 from zen.grad import LocalGrad
 from zen.native import compile_check
+from zen.types import ZenCommError
 
 VALUE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 HASH_BITMAP = get_encoding("hash_bitmap")
@@ -395,3 +397,33 @@ def test_sweep_threshold_refuses_what_it_cannot_sweep(ext: ModuleType) -> None:
     ids, values = ext.sweep_threshold(res, src, out, 0.5, False)
     assert ids.tolist() == [0, 1, 3] and values.tolist() == [0.5, -0.75, -1.0]
     assert res.tolist() == [0.0, 0.0, 0.0, 0.0] and out.tolist() == [0.5, -0.75, 0.0, -1.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_gap_coding_matches_reference_and_round_trips(ext: ModuleType, dtype: torch.dtype) -> None:
+    """The native gap coding gives the torch-op path's bytes, and both decode to the ids: gaps of one, 127,
+    128 (the first two-byte code), 2^14 and beyond int32 (int64 ids only), an empty set and a lone id 0."""
+    gen = torch.Generator().manual_seed(3)
+    top = 2**31 - 1 if dtype == torch.int32 else 2**40
+    cases = [torch.randperm(1 << 20, generator=gen)[:40_000].sort().values, torch.tensor([0, 1, 2, 130, 259, 16_643,
+             top]), torch.tensor([], dtype=torch.int64), torch.tensor([0])]
+    for ids in (c.to(dtype) for c in cases):
+        codes = gaps.encode(ids)
+        with native.disabled():
+            assert torch.equal(gaps.encode(ids), codes)
+            assert torch.equal(gaps.decode(codes, ids.numel(), top + 1, dtype), ids)
+        assert codes.dtype == torch.uint8 and codes.numel() == gaps.nbytes(ids)
+        assert torch.equal(gaps.decode(codes, ids.numel(), top + 1, dtype), ids)
+    assert gaps.encode(torch.tensor([0, 1, 129, 257])).tolist() == [0, 0, 127, 127]
+    assert gaps.encode(torch.tensor([128])).tolist() == [128, 1]
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_gap_decoding_refuses_a_malformed_stream(ext: ModuleType, use_native: bool) -> None:
+    """A peer's bytes that end inside a code, hold more or fewer codes than ids were sent, or name a row
+    outside the result are a ZenCommError, on both paths."""
+
+    bad = [([200], 1, 10), ([1, 2], 1, 10), ([1], 2, 10), ([9], 1, 9), ([], 1, 10), ([0], 0, 10)]
+    for codes, count, rows in bad:
+        with native.disabled() if not use_native else contextlib.nullcontext(), pytest.raises(ZenCommError):
+            gaps.decode(torch.tensor(codes, dtype=torch.uint8), count, rows, torch.int32)

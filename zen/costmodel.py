@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from zen import gaps
 from zen.encodings import get_encoding
 from zen.fold import Fold
 from zen.types import WireLayout
@@ -65,15 +66,22 @@ def bp(w: Workload, pull: str = "hash_bitmap") -> Prediction:
     return Prediction(push + pull_bytes, 2 * (n - 1))
 
 
-def hc(w: Workload) -> Prediction:
-    """Hierarchical Centralization: sum_i gamma^(2^(i-1)) * M * d_G COO rows, plus fold/unfold."""
+def hc(w: Workload, ids: str = "coo") -> Prediction:
+    """Hierarchical Centralization: sum_i gamma^(2^(i-1)) * M * d_G rows, plus fold/unfold; each row costs
+    s_i + D s_v as COO, or with `ids="gaps"` the expected gap code of a set of that union's density."""
     fold = Fold(w.n)
-    rows = sum(w.gamma(1 << i) for i in range(fold.levels)) * w.nnz
+    unions = [w.gamma(1 << i) for i in range(fold.levels)]
     messages = fold.levels
     if fold.extra:  # folded ranks add one hop in and one out (a rank sees at most one of them)
-        rows += w.gamma(w.n) * w.nnz
+        unions.append(w.gamma(w.n))
         messages += 1
-    return Prediction(rows * w.coo_row, messages)
+
+    def row_bytes(gamma: float) -> float:
+        if ids == "coo":
+            return w.coo_row
+        return gaps.bytes_per_id(min(1.0, gamma * w.density)) + w.width * w.value_bytes
+
+    return Prediction(sum(g * w.nnz * row_bytes(g) for g in unions), messages)
 
 
 def allreduce(w: Workload) -> Prediction:
@@ -175,7 +183,7 @@ def gamma_from_union(n: int, gamma_n: float) -> Callable[[int], float]:
     return lambda m: (1 - (1 - q) ** m) / q
 
 
-def choose_bp_or_hc(w: Workload, net: Network, pull: str = "hash_bitmap") -> str:
+def choose_bp_or_hc(w: Workload, net: Network, pull: str = "hash_bitmap", hc_ids: str = "coo") -> str:
     """The selector's rule: whichever of BP and HC the model predicts to finish first."""
-    return "bp" if bp(w, pull).time(net) <= hc(w).time(net) else "hc"
+    return "bp" if bp(w, pull).time(net) <= hc(w, hc_ids).time(net) else "hc"
 

@@ -3,14 +3,16 @@
 Round i exchanges the whole aggregate of a block of 2^(i-1) ranks with the partner block, so rank r
 receives gamma^(2^(i-1)) * M * d_G rows. World sizes that are not a power of two fold the first
 2 * (P - p') ranks in pairs before the rounds and unfold after them (zen.fold). Each step adds exactly two
-partial sums, which commutes, so partners end with bit-identical results.
+partial sums, which commutes, so partners end with bit-identical results. `ids="gaps"` sends each message's
+ids gap-coded (zen.gaps) instead of as plain COO indices: the same sums, fewer bytes where rows are narrow.
 """
 
 from __future__ import annotations
 
 import torch
 
-from zen.comm.base import Communicator
+from zen import gaps
+from zen.comm.base import Communicator, Message
 from zen.fold import Fold
 from zen.grad import LocalGrad
 from zen.output import Output
@@ -29,33 +31,51 @@ class HierarchicalCentralization:
     rank's union is the union of the index sets."""
 
     sparse_input = True
+    IDS = ("coo", "gaps")
+
+    def __init__(self, ids: str = "coo") -> None:
+        if ids not in self.IDS:
+            raise ValueError(f"ids must be one of {self.IDS}, got {ids!r}")
+        self.ids = ids
+
+    def _sendrecv(self, comm: Communicator, peer: int, send: Message | None, like: Message | None, phase: str,
+                  rows: int) -> Message | None:
+        """comm.sendrecv of (ids, values) messages, the ids gap-coded on the wire with `ids="gaps"`."""
+        if self.ids == "coo":
+            return comm.sendrecv(peer, send, like, phase)
+        coded = (gaps.encode(send[0]), send[1]) if send is not None else None
+        wire_like = (like[0][:0].to(torch.uint8), like[1]) if like is not None else None
+        got = comm.sendrecv(peer, coded, wire_like, phase)
+        if got is None or like is None:
+            return None
+        return gaps.decode(got[0], int(got[1].shape[0]), rows, like[0].dtype), got[1]
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         idx_dtype = grad.index_dtype()
-        fold, r = Fold(comm.world_size), comm.rank
+        fold, r, M = Fold(comm.world_size), comm.rank, grad.num_rows
         like = (index[:0].to(idx_dtype), values[:0])
         if grad.dense is None:  # sparse inputs may hold -0.0; send +0.0 like every sum
             values = values + 0.0
         union = (index.to(idx_dtype), values)
         if fold.sits_out(r):  # hand data to the odd neighbour, wait for the sum
-            comm.sendrecv(fold.partner(r), union, None, phase="fold")
-            out.write([comm.sendrecv(fold.partner(r), None, like, phase="unfold")])
+            self._sendrecv(comm, fold.partner(r), union, None, "fold", M)
+            out.write([self._sendrecv(comm, fold.partner(r), None, like, "unfold", M)])
             return
         folded = fold.folded(r)
         if folded:
-            union = merge_rows(union, comm.sendrecv(fold.partner(r), None, like, phase="fold"))
+            union = merge_rows(union, self._sendrecv(comm, fold.partner(r), None, like, "fold", M))
         vrank = fold.vrank(r)
         result = [union]  # row sets whose sum is the result
         for level in range(fold.levels):
-            got = comm.sendrecv(fold.peer(vrank, level), union, like, phase="reduce")
+            got = self._sendrecv(comm, fold.peer(vrank, level), union, like, "reduce", M)
             result = [union, got]  # the last round is summed straight into `out`, never merged
             if level + 1 < fold.levels or folded:
                 union = merge_rows(union, got)
                 result = [union]
         if folded:
-            comm.sendrecv(fold.partner(r), union, None, phase="unfold")
+            self._sendrecv(comm, fold.partner(r), union, None, "unfold", M)
         out.write(result)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
@@ -69,7 +89,9 @@ class HierarchicalCentralization:
         got: list[PhaseBytes] = [{} for _ in range(layout.world_size)]
 
         def receive(r: int, phase: str, sender: torch.Tensor) -> None:
-            got[r][phase] = got[r].get(phase, 0) + int(sender.sum()) * layout.coo_row
+            count = int(sender.sum())
+            ids = gaps.nbytes(sender.nonzero().view(-1)) if self.ids == "gaps" else count * layout.index_bytes
+            got[r][phase] = got[r].get(phase, 0) + ids + count * layout.width * layout.value_bytes
             got[r]["meta"] = got[r].get("meta", 0) + message_meta(2)  # header, row counts of (ids, values)
 
         for sitter, holder in fold.pairs:

@@ -38,18 +38,19 @@ TIE = 0.05  # time differences within this fraction leave the choice to the byte
 class ZenAuto:
     """Measures d_G and gamma^n during the first `measure_iters` calls per tensor size (as BP), then, with
     `select="time"` on a real backend, times as many HC calls; keeps the choice. Every rank decides from the
-    same all-gathered numbers."""
+    same all-gathered numbers. `hc_ids`: how HC's messages carry their ids, "gaps" (zen.gaps: a compressed
+    part's rows cost 5 bytes, not 8) or "coo" (the paper's)."""
 
     sparse_input = True
 
     def __init__(self, measure_iters: int = 2, alpha: float = 0.0, bandwidth_gbps: float = 25.0,
-                 choice: str | None = None, select: str = "time", **bp_options: object):
+                 choice: str | None = None, select: str = "time", hc_ids: str = "gaps", **bp_options: object):
         if choice not in (None, "bp", "hc"):
             raise ValueError(f"choice must be 'bp', 'hc' or None (auto), got {choice!r}")
         if select not in SELECT:
             raise ValueError(f"select must be one of {SELECT}, got {select!r}")
         self.bp = BalancedParallelism(**bp_options)
-        self.hc = HierarchicalCentralization()
+        self.hc = HierarchicalCentralization(ids=hc_ids)
         self.measure_iters = max(1, measure_iters)
         self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
         self.forced = choice
@@ -122,7 +123,7 @@ class ZenAuto:
             gamma=costmodel.gamma_from_union(n, union / mean_nnz), width=layout.width,
             value_bytes=layout.value_bytes, index_bytes=layout.index_bytes,
         )
-        return costmodel.choose_bp_or_hc(workload, self.net, self.bp.pull)
+        return costmodel.choose_bp_or_hc(workload, self.net, self.bp.pull, self.hc.ids)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """Steady state: the path the selector picks from these sets' statistics."""

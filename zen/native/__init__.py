@@ -2,8 +2,8 @@
 
 Non-zero extraction, hierarchical hashing (paper section 3), S_j and the hash bitmap (section 4) have
 torch-op reference implementations in zen.types / zen.hashing / zen.encodings, and the row-set kernels
-(merge, scatter, streamed dense sum) in zen.rows / LocalGrad.write_result, and the sparsifiers' threshold
-sweep in zen.compress.topk; these kernels produce the
+(merge, scatter, streamed dense sum) in zen.rows / LocalGrad.write_result, the gap coding of ascending ids in
+zen.gaps, and the sparsifiers' threshold sweep in zen.compress.topk; these kernels produce the
 same results (same partition membership, same bytes, same bits) much faster. `get(device)` returns the compiled
 extension or None: ZEN_NATIVE=0 disables it, and a missing compiler or a failed build logs ONE warning
 and leaves the torch-op path in charge. The first use builds the extension (~30 s, cached on disk;
@@ -222,6 +222,20 @@ def split_interleaved(ids: torch.Tensor, values: torch.Tensor, k: int
             or ids.device.type != "cpu" or (ext := get(ids.device)) is None):
         return None
     return ext.split_interleaved(ids, values, k)
+
+
+def encode_gaps(ids: torch.Tensor) -> torch.Tensor | None:
+    """zen.gaps.encode: ascending distinct ids >= 0 as LEB128 gaps (uint8)."""
+    if ids.dtype not in INDEX_DTYPES or ids.dim() != 1 or ids.device.type != "cpu" or (ext := get(ids.device)) is None:
+        return None
+    return ext.encode_gaps(ids)
+
+
+def decode_gaps(codes: torch.Tensor, count: int, rows: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """zen.gaps.decode: the `count` ids (< rows) of a gap-coded stream; RuntimeError if it is malformed."""
+    if dtype not in INDEX_DTYPES or codes.device.type != "cpu" or (ext := get(codes.device)) is None:
+        return None
+    return ext.decode_gaps(codes, count, rows, torch.empty(0, dtype=dtype))
 
 
 def sweep_threshold(res: torch.Tensor, src: torch.Tensor, out: torch.Tensor, threshold: float, strict: bool

@@ -1,7 +1,8 @@
 // CPU kernels (ATen + at::parallel_for) for the hot paths of Zen: non-zero row extraction, hierarchical
 // hashing (paper section 3, Algorithm 1), S_j = the rows h0 maps to each server, the hash-bitmap pull
 // encoding (section 4, Algorithm 2), and the row-set work around them: HC's merge of two sorted unions,
-// a checked scatter, and the streamed write of a dense result; and a sparsifier's threshold sweep.
+// a checked scatter, and the streamed write of a dense result; the gap coding of HC's ids; and a
+// sparsifier's threshold sweep.
 //
 // Values are tested ("!= 0" as "any magnitude bit set") and copied on their raw bits, so those kernels are
 // bit-exact by construction for fp16 / bf16 / fp32 / fp64; the sums (merge_rows, fill_sum) add, and
@@ -1166,6 +1167,71 @@ std::tuple<Tensor, Tensor> sweep_threshold(Tensor& res, const Tensor& src, Tenso
   });
 }
 
+// ---------------------------------------------------------------------------------------------------
+// The gap coding of ascending ids (zen.gaps): each id as LEB128 of (id - previous id - 1), the first as
+// itself; one byte per id wherever ids are under 128 apart.
+
+Tensor encode_gaps(const Tensor& ids_in) {
+  const Tensor ids = ids_in.contiguous();
+  TORCH_CHECK(ids.dim() == 1 && ids.device().is_cpu(), "zen native: encode_gaps needs 1-D CPU ids");
+  const int64_t n = ids.numel();
+  return with_index<kDevice>(ids, [&](auto itag) {
+    using Idx = decltype(itag);
+    const Idx* id = ids.data_ptr<Idx>();
+    std::vector<uint8_t> codes;
+    codes.reserve(static_cast<size_t>(n) + 16);
+    int64_t prev = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t cur = static_cast<int64_t>(id[i]);
+      TORCH_CHECK(cur > prev, "zen native: encode_gaps needs ascending distinct ids >= 0 (", cur, " after ", prev, ")");
+      uint64_t gap = static_cast<uint64_t>(cur - prev - 1);
+      prev = cur;
+      while (gap >= 128) {
+        codes.push_back(static_cast<uint8_t>(gap & 127) | 128);
+        gap >>= 7;
+      }
+      codes.push_back(static_cast<uint8_t>(gap));
+    }
+    Tensor out = at::empty({static_cast<int64_t>(codes.size())}, ids.options().dtype(at::kByte));
+    if (!codes.empty()) std::memcpy(out.data_ptr<uint8_t>(), codes.data(), codes.size());
+    return out;
+  });
+}
+
+// The `count` ids of a gap-coded stream as `like`'s dtype; a stream that is not exactly `count` whole codes,
+// or an id >= rows, is an error (a peer's message must not write outside the result).
+Tensor decode_gaps(const Tensor& codes_in, int64_t count, int64_t rows, const Tensor& like) {
+  const Tensor codes = codes_in.contiguous();
+  TORCH_CHECK(codes.dim() == 1 && codes.scalar_type() == at::kByte && codes.device().is_cpu() && count >= 0,
+              "zen native: decode_gaps needs a 1-D CPU uint8 stream");
+  Tensor out = at::empty({count}, like.options());
+  const uint8_t* b = codes.data_ptr<uint8_t>();
+  const int64_t len = codes.numel();
+  with_index<kDevice>(out, [&](auto itag) {
+    using Idx = decltype(itag);
+    Idx* id = out.data_ptr<Idx>();
+    int64_t pos = 0, prev = -1;
+    for (int64_t i = 0; i < count; ++i) {
+      uint64_t gap = 0;
+      int shift = 0;
+      while (true) {
+        TORCH_CHECK(pos < len && shift < 64, "zen native: gap-coded ids end early or overflow (", i, " of ", count, ")");
+        const uint8_t byte = b[pos++];
+        gap |= static_cast<uint64_t>(byte & 127) << shift;
+        if (!(byte & 128)) break;
+        shift += 7;
+      }
+      TORCH_CHECK(gap < static_cast<uint64_t>(rows) && static_cast<int64_t>(gap) < rows - 1 - prev,
+                  "zen native: a gap-coded id is out of range (rows ", rows, ")");
+      prev += static_cast<int64_t>(gap) + 1;
+      id[i] = static_cast<Idx>(prev);
+    }
+    TORCH_CHECK(pos == len, "zen native: gap-coded ids: ", len - pos, " bytes left after ", count, " ids");
+    return 0;
+  });
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -1196,6 +1262,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids",
         py::call_guard<py::gil_scoped_release>());
   m.def("sweep_threshold", &sweep_threshold, "a sparsifier's threshold sweep: (ids, values) chosen from res + src",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("encode_gaps", &encode_gaps, "ascending ids as LEB128 gaps (uint8)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("decode_gaps", &decode_gaps, "the ids of a gap-coded stream, checked",
         py::call_guard<py::gil_scoped_release>());
   m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks",
         py::call_guard<py::gil_scoped_release>());
