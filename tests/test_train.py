@@ -1,8 +1,9 @@
 """`zen train`: every scheme trains like dense allreduce, the JSON report, the hook's bucket split.
 
-Importing this module registers two toy workloads (ranks import it through `--plugin`): a model with
+Importing this module registers toy workloads (ranks import it through `--plugin`): a model with
 three embedding tables (two of one row width, one of another) and a dense parameter between them, on
-Zipf-distributed ids; `toy` has dense embedding gradients, `toy-sparse` nn.Embedding(sparse=True).
+Zipf-distributed ids; `toy` has dense embedding gradients, `toy-sparse` nn.Embedding(sparse=True), and
+`toy-skewed` is `toy` whose rank 0 dawdles in the first scheme's steps.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.nn import functional as F
 
 import zen
@@ -63,9 +66,22 @@ def toy_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torc
     return F.cross_entropy(model(ids), labels)
 
 
-def _register(name: str, sparse: bool) -> None:
+DAWDLE_S = 0.5
+_FIRST_DDP: list[int] = []  # id of the first DDP model this rank trains (the first scheme's)
+
+
+def dawdling_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """toy_loss, but rank 0 sleeps DAWDLE_S in each step of the first scheme: its ranks end far apart."""
+    if isinstance(model, DistributedDataParallel):
+        _FIRST_DDP[:] = _FIRST_DDP or [id(model)]
+        if _FIRST_DDP == [id(model)] and torch.distributed.get_rank() == 0:
+            time.sleep(DAWDLE_S)
+    return toy_loss(model, batch)
+
+
+def _register(name: str, sparse: bool, loss=toy_loss) -> None:
     def build(preset: str, seed: int) -> Workload:
-        return Workload(name, preset, Toy(sparse), toy_batches, toy_loss,
+        return Workload(name, preset, Toy(sparse), toy_batches, loss,
                         ["words.weight", "tags.weight", "shapes.weight"], BATCH, lr=0.5)
 
     register_workload(name)(build)
@@ -73,6 +89,7 @@ def _register(name: str, sparse: bool) -> None:
 
 _register("toy", sparse=False)
 _register("toy-sparse", sparse=True)
+_register("toy-skewed", sparse=False, loss=dawdling_loss)
 
 
 def _train(tmp_path: Path, *argv: str) -> dict:
@@ -120,6 +137,16 @@ def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     assert s["comm_exposed_s_lo"] <= s["comm_exposed_s"] <= s["comm_exposed_s_hi"]
     assert s["samples_per_s"] == pytest.approx(BATCH * world_size / s["iter_s_median"])
     assert set(runs["zen"]["summary"]["zen_choice"].split(",")) <= {"bp", "hc"}  # per part (lanes choose apart)
+
+
+def test_a_scheme_is_not_charged_for_the_previous_schemes_skew(tmp_path):
+    """Interleaved, `none`'s rank 0 ends each step DAWDLE_S after the others; every step starts from a
+    barrier, so the next scheme's step does not count that wait (a step's time is its slowest rank's)."""
+    report = _train(tmp_path, "--workload", "toy-skewed", "--scheme", f"{NO_COMM},allreduce", "--world-size", "2",
+                    "--steps", "4", "--warmup", "1", "--wandb-mode", "disabled")
+    runs = {run["scheme"]: run["summary"] for run in report["runs"]}
+    assert runs[NO_COMM]["iter_s_median"] >= DAWDLE_S
+    assert runs["allreduce"]["iter_s_median"] < DAWDLE_S / 2
 
 
 def test_compressed_training_sums_the_same_choice_through_every_sparse_scheme(tmp_path):

@@ -22,6 +22,10 @@ or not); with `none` in the run, `comm_exposed_s` is a scheme's step time minus 
 time: the communication the step actually waits for.
 
 Time per iteration excludes fetching the batch (synthetic data generation is not the workload's cost).
+Every timed step starts from a barrier (untimed), so all ranks start it together: interleaved, a scheme
+would otherwise be charged for the previous one's skew (after `none`, whose ranks end up to hundreds of
+milliseconds apart on a shared machine, the first rank to start would wait that long inside the next
+scheme's first collective, and a step's time is its slowest rank's).
 Launch: `zen train ... --world-size N` spawns N local gloo ranks (zen.launch.spawn) and shows rank 0's
 progress; `torchrun --nproc-per-node 8 -m workloads.train ...` (RANK/WORLD_SIZE set) runs one rank per
 process, NCCL on cuda:LOCAL_RANK when CUDA is available. Rank 0 writes one JSON (atomically) and logs to wandb
@@ -151,10 +155,11 @@ def train(cfg: TrainConfig, trainees: list[Trainee], device: torch.device) -> No
 
 
 def step(t: Trainee, device: torch.device) -> Step:
-    """One timed step (the batch is fetched before the clock starts)."""
+    """One timed step (the batch is fetched and the ranks meet before the clock starts)."""
     batch = _to_device(next(t.batches), device)
     torch.set_rng_state(t.rng)
     _sync_device(device)
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
     start = time.perf_counter()
     t.optimizer.zero_grad(set_to_none=True)
     loss = t.work.loss(t.ddp, batch)
