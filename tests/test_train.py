@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 import zen
 from workloads.base import Workload, builtin_workloads, register_workload
@@ -74,7 +74,7 @@ def dawdling_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) ->
     """toy_loss, but rank 0 sleeps DAWDLE_S in each step of the first scheme: its ranks end far apart."""
     if isinstance(model, DistributedDataParallel):
         _FIRST_DDP[:] = _FIRST_DDP or [id(model)]
-        if _FIRST_DDP == [id(model)] and torch.distributed.get_rank() == 0:
+        if [id(model)] == _FIRST_DDP and torch.distributed.get_rank() == 0:
             time.sleep(DAWDLE_S)
     return toy_loss(model, batch)
 
