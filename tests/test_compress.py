@@ -4,6 +4,7 @@ the prediction, and the DDP hook with a compressor gives every rank the mean of 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -16,7 +17,7 @@ from zen.compress import compressors, make_compressor, sparsifiers
 from zen.compress.base import PartContext
 from zen.compress.qsgd import QSGD
 from zen.compress.sign import pack_signs, unpack_signs
-from zen.compress.topk import exact_topk, sampled_choose
+from zen.compress.topk import exact_topk, sampled_choose, trim_largest
 from zen.launch import spawn
 
 from .test_prediction import compare
@@ -178,6 +179,37 @@ def test_native_sweep_chooses_what_the_torch_path_chooses(kind: str, dtype: torc
         outcomes.append((ids, values, res, flat))
     for a, b in zip(*outcomes, strict=True):
         assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "few_ties"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_trim_keeps_the_k_largest_ties_to_the_lower_ids(kind: str, dtype: torch.dtype) -> None:
+    """A sweep's surplus goes back to the residual: the k largest magnitudes stay sent, and of the values
+    equal to the k-th largest the ones with the lower ids; native and torch paths alike, bit for bit."""
+    gen = torch.Generator().manual_seed(3)
+    n, m, k = 50_000, 4_000, 3_000
+    ids = torch.randperm(n, generator=gen)[:m].sort().values
+    values = torch.randn(m, generator=gen, dtype=dtype)
+    if kind == "ties":
+        values = torch.where(values < 0, -2.0, 2.0).to(dtype)
+    elif kind == "few_ties":  # the k-th largest magnitude shared by a handful around it
+        order = values.abs().topk(k + 3).indices
+        values[order[k - 4:]] = -values[order[k - 1]].abs()
+    outcomes = []
+    for use_native in (True, False) if native.get("cpu") is not None else (False,):
+        res, flat = torch.zeros(n, dtype=dtype), torch.zeros(n, dtype=dtype)
+        flat[ids] = values
+        with contextlib.nullcontext() if use_native else native.disabled():
+            kept, sent = trim_largest(res, flat, ids, values, k)
+        mag = values.abs()
+        tau = mag.sort(descending=True).values[k - 1]
+        want = (mag > tau) | ((mag == tau) & ((mag == tau).cumsum(0) <= k - int((mag > tau).sum())))
+        assert torch.equal(kept, ids[want]) and torch.equal(sent, values[want])
+        assert kind != "few_ties" or int((mag[want] == tau).sum()) == 4, "4 of the 7 tied at the k-th"
+        assert torch.equal(flat[ids] + res[ids], values) and int((flat != 0).sum()) == k
+        outcomes.append((kept, sent, res, flat))
+    for a, b in zip(*outcomes, strict=True) if len(outcomes) == 2 else ():
+        assert torch.equal(a, b)
 
 
 def test_dgc_warms_up_masks_momentum_and_clips() -> None:

@@ -399,6 +399,27 @@ def test_sweep_threshold_refuses_what_it_cannot_sweep(ext: ModuleType) -> None:
     assert res.tolist() == [0.0, 0.0, 0.0, 0.0] and out.tolist() == [0.5, -0.75, 0.0, -1.0]
 
 
+def test_trim_largest_refuses_what_it_cannot_trim(ext: ModuleType) -> None:
+    """k outside (0, candidates), ids outside the part or of another dtype are errors, before anything is
+    written; the wrapper leaves other dtypes to torch."""
+    res, out = torch.zeros(10), torch.zeros(10)
+    ids, values = torch.tensor([1, 4, 7]), torch.tensor([3.0, -1.0, 2.0])
+    for k in (0, 3):
+        with pytest.raises(RuntimeError, match="0 < k < candidates"):
+            ext.trim_largest(res, out, ids, values, k)
+    with pytest.raises(RuntimeError, match="outside 10"):
+        ext.trim_largest(res, out, torch.tensor([1, 4, 10]), values, 2)
+    with pytest.raises(RuntimeError, match="int64 ids"):
+        ext.trim_largest(res, out, ids.int(), values, 2)
+    assert res.abs().sum() == 0
+    half = torch.zeros(10, dtype=torch.float16)
+    assert native.trim_largest(half, half.clone(), ids, values.half(), 2) is None
+    out[ids] = values
+    kept, sent = ext.trim_largest(res, out, ids, values, 2)
+    assert kept.tolist() == [1, 7] and sent.tolist() == [3.0, 2.0]
+    assert res.tolist()[4] == -1.0 and out.tolist()[4] == 0.0 and out.tolist()[1] == 3.0
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_gap_coding_matches_reference_and_round_trips(ext: ModuleType, dtype: torch.dtype) -> None:
     """The native gap coding gives the torch-op path's bytes, and both decode to the ids: gaps of one, 127,

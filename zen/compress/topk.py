@@ -22,11 +22,30 @@ def exact_topk(acc: torch.Tensor, k: int) -> torch.Tensor:
     return sorted_ids(acc.abs().topk(k, sorted=False).indices)
 
 
+def trim_largest(res: torch.Tensor, flat: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, k: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the k largest |values| of a sweep's (ids, values) sent, ties to the lower ids (a rule that no
+    selection algorithm's tie order decides, so native and torch paths agree); the rest go back to `res`
+    and become zero in `flat`."""
+    trimmed = native.trim_largest(res, flat, ids, values, k)
+    if trimmed is not None:
+        return trimmed
+    mag = values.abs()
+    tau = mag.kthvalue(mag.numel() - k + 1).values
+    keep = mag > tau
+    tie = mag == tau
+    keep |= tie & (tie.cumsum(0) <= k - int(keep.sum()))
+    back = ids[~keep]
+    res.index_copy_(0, back, values[~keep])
+    flat.index_fill_(0, back, 0)
+    return ids[keep], values[keep]
+
+
 def sampled_choose(src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, k: int, sample: float,
                    gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Compressor.choose with about the k largest |res + src|: the threshold is the matching quantile of a
-    random sample; if more than k pass it, the k largest of those (the rest go back to the residual); if
-    fewer than k / 2 (a sample that missed the tail), the exact top-k."""
+    random sample; if more than k pass it, the k largest of those (`trim_largest`; the rest go back to the
+    residual); if fewer than k / 2 (a sample that missed the tail), the exact top-k."""
     n = res.numel()
     m = min(n, max(MIN_SAMPLE, int(n * sample)))
     if m >= n or k >= n:
@@ -42,12 +61,7 @@ def sampled_choose(src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, k: 
                      .nonzero().view(-1))
     ids, values = swept
     if ids.numel() > k:
-        keep = torch.zeros(ids.numel(), dtype=torch.bool, device=ids.device)
-        keep[values.abs().topk(k, sorted=False).indices] = True
-        back = ids[~keep]
-        res.index_copy_(0, back, values[~keep])
-        flat.index_fill_(0, back, 0)
-        return ids[keep], values[keep]
+        return trim_largest(res, flat, ids, values, k)
     if ids.numel() < k // 2:
         res.index_copy_(0, ids, values)  # the residual is the whole error-compensated gradient again
         flat.index_fill_(0, ids, 0)

@@ -249,3 +249,14 @@ def sweep_threshold(res: torch.Tensor, src: torch.Tensor, out: torch.Tensor, thr
             or (ext := get(res.device)) is None):
         return None
     return ext.sweep_threshold(res, src, out, threshold, strict)
+
+
+def trim_largest(res: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, k: int
+                 ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A sweep's chosen (ascending int64 ids, values) cut to the k largest |values| (ties: the lower ids);
+    the others go back to `res` and become zero in `out`. Returns the kept (ids, values); 0 < k < len(ids)."""
+    if (any(t.dim() != 1 or not t.is_contiguous() or t.device.type != "cpu" for t in (res, out, ids, values))
+            or res.dtype not in (torch.float32, torch.float64) or out.dtype != res.dtype
+            or values.dtype != res.dtype or ids.dtype != torch.int64 or (ext := get(res.device)) is None):
+        return None
+    return ext.trim_largest(res, out, ids, values, k)

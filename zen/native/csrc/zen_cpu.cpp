@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <mutex>
 #include <tuple>
@@ -1167,6 +1168,63 @@ std::tuple<Tensor, Tensor> sweep_threshold(Tensor& res, const Tensor& src, Tenso
   });
 }
 
+// A sweep that passed more than k is trimmed to the k largest |values|, ties to the lower ids (a rule
+// that does not depend on a selection algorithm, so the torch path chooses the same); the rest go back
+// to the residual. The k-th largest magnitude comes from nth_element: linear, where a top-k of nearly
+// all candidates costs a sort's worth.
+std::tuple<Tensor, Tensor> trim_largest(Tensor& res, Tensor& out, const Tensor& ids, const Tensor& values,
+                                        int64_t k) {
+  TORCH_CHECK(res.device().is_cpu() && res.dim() == 1 && res.is_contiguous() && out.device().is_cpu() &&
+                  out.dim() == 1 && out.is_contiguous() && out.numel() == res.numel() &&
+                  out.scalar_type() == res.scalar_type(),
+              "zen native: trim_largest needs contiguous 1-D CPU res and out of one size and dtype");
+  TORCH_CHECK(ids.device().is_cpu() && ids.dim() == 1 && ids.is_contiguous() && ids.scalar_type() == at::kLong &&
+                  values.device().is_cpu() && values.dim() == 1 && values.is_contiguous() &&
+                  values.numel() == ids.numel() && values.scalar_type() == res.scalar_type(),
+              "zen native: trim_largest needs contiguous 1-D CPU int64 ids and values of res's dtype, one per id");
+  const int64_t n = ids.numel();
+  TORCH_CHECK(k > 0 && k < n, "zen native: trim_largest keeps 0 < k < candidates, got k = ", k, " of ", n);
+  TORCH_CHECK(res.scalar_type() == at::kFloat || res.scalar_type() == at::kDouble,
+              "zen native: trim_largest takes fp32 or fp64, got ", res.scalar_type());
+  return AT_DISPATCH_FLOATING_TYPES(res.scalar_type(), "trim_largest", [&] {
+    using V = scalar_t;
+    const int64_t* id = ids.data_ptr<int64_t>();
+    const V* v = values.data_ptr<V>();
+    V* r = res.data_ptr<V>();
+    V* o = out.data_ptr<V>();
+    const int64_t size = res.numel();
+    std::vector<V> mag(n);
+    int64_t above = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK(id[i] >= 0 && id[i] < size, "zen native: trim_largest: id ", id[i], " outside ", size);
+      mag[i] = v[i] < V(0) ? -v[i] : v[i];
+    }
+    std::nth_element(mag.begin(), mag.begin() + (k - 1), mag.end(), std::greater<V>());
+    const V tau = mag[k - 1];
+    for (int64_t i = 0; i < n; ++i) above += (v[i] < V(0) ? -v[i] : v[i]) > tau;
+    int64_t ties = k - above;  // of the magnitudes equal to tau, this many (the first) stay sent
+    Tensor kept_ids = at::empty({k}, ids.options());
+    Tensor kept_values = at::empty({k}, values.options());
+    int64_t* ki = kept_ids.data_ptr<int64_t>();
+    V* kv = kept_values.data_ptr<V>();
+    int64_t j = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const V a = v[i] < V(0) ? -v[i] : v[i];
+      const bool keep = a > tau || (a == tau && ties > 0);
+      ties -= keep && a == tau;
+      if (keep) {
+        ki[j] = id[i];
+        kv[j++] = v[i];
+      } else {
+        r[id[i]] = v[i];
+        o[id[i]] = V(0);
+      }
+    }
+    TORCH_CHECK(j == k, "zen native: trim_largest kept ", j, " of ", k, " (a NaN among the values?)");
+    return std::make_tuple(kept_ids, kept_values);
+  });
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The gap coding of ascending ids (zen.gaps): each id as LEB128 of (id - previous id - 1), the first as
 // itself; one byte per id wherever ids are under 128 apart.
@@ -1262,6 +1320,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids",
         py::call_guard<py::gil_scoped_release>());
   m.def("sweep_threshold", &sweep_threshold, "a sparsifier's threshold sweep: (ids, values) chosen from res + src",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("trim_largest", &trim_largest, "a sweep's candidates cut to the k largest, the rest back to the residual",
         py::call_guard<py::gil_scoped_release>());
   m.def("encode_gaps", &encode_gaps, "ascending ids as LEB128 gaps (uint8)",
         py::call_guard<py::gil_scoped_release>());
