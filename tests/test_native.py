@@ -400,8 +400,8 @@ def test_sweep_threshold_refuses_what_it_cannot_sweep(ext: ModuleType) -> None:
 
 
 def test_trim_largest_refuses_what_it_cannot_trim(ext: ModuleType) -> None:
-    """k outside (0, candidates), ids outside the part or of another dtype are errors, before anything is
-    written; the wrapper leaves other dtypes to torch."""
+    """k outside (0, candidates), ids outside the part or of another dtype, and NaN values are errors, before
+    anything is written; the wrapper leaves other dtypes to torch."""
     res, out = torch.zeros(10), torch.zeros(10)
     ids, values = torch.tensor([1, 4, 7]), torch.tensor([3.0, -1.0, 2.0])
     for k in (0, 3):
@@ -411,6 +411,8 @@ def test_trim_largest_refuses_what_it_cannot_trim(ext: ModuleType) -> None:
         ext.trim_largest(res, out, torch.tensor([1, 4, 10]), values, 2)
     with pytest.raises(RuntimeError, match="int64 ids"):
         ext.trim_largest(res, out, ids.int(), values, 2)
+    with pytest.raises(RuntimeError, match="NaN"):
+        ext.trim_largest(res, out, ids, torch.tensor([3.0, float("nan"), 2.0]), 2)
     assert res.abs().sum() == 0
     half = torch.zeros(10, dtype=torch.float16)
     assert native.trim_largest(half, half.clone(), ids, values.half(), 2) is None

@@ -26,7 +26,6 @@ PAPER_FIG11 = {"lstm": {"allreduce": 3.1, "sparcml": 1.67, "omnireduce": 2.48}, 
 PAPER_FIG15 = {"lstm": 6.77, "dlrm": 2.10}  # Zen comm-time speedup over AllReduce
 # Figs 13/14, LLMs with DGC top-5%, 25 Gbps: Zen's throughput over AllReduce and over OmniReduce
 PAPER_FIG13 = {"allreduce": 2.0, "omnireduce": 1.6}
-SPARSE_BASELINES = ("agsparse", "sparcml", "omnireduce", "sparse_ps")  # the other sparse schemes (baselines/)
 LOSS_TOLERANCE = 0.05  # "within a few percent" of dense training's loss at the same step
 TOLERANCE = 0.25  # within 25% of the paper's number counts as a match
 
@@ -292,7 +291,7 @@ def compressed_claims(f: Frames) -> list[Claim]:
             rows.append(_row(f"Fig 13/14: Zen with {squeeze} over {base}", f"{paper}x (LLMs, 25 Gbps)",
                              _fmt_range(r), setting, spread_verdict(r, paper),
                              "a small GPT-2 on 2 CPU cores: compute and compression weigh more than on GPUs"))
-        rivals = cell[cell["scheme"].isin(SPARSE_BASELINES)]
+        rivals = cell[cell["scheme"].isin(_sparse_rivals())]
         if not rivals.empty:  # the strongest rival of the run, whichever it is, at the paper's margin
             rival = str(rivals.loc[rivals["samples_per_s"].idxmax(), "scheme"])
             r = ratio_range(cell, "samples_per_s", "zen", rival)
@@ -310,6 +309,13 @@ def compressed_claims(f: Frames) -> list[Claim]:
     if steps is not None and not steps.empty:
         rows += _loss_rows(steps, int(steps["compress_warmup"].max()) if "compress_warmup" in steps else 0)
     return rows
+
+
+def _sparse_rivals() -> set[str]:
+    """Every registered sparse scheme but Zen's own: a baseline added in one file is a rival here too."""
+    from zen.registry import make_scheme, schemes
+
+    return {name for name in schemes() if not name.startswith("zen") and make_scheme(name).sparse_input}
 
 
 def _loss_rows(steps: pd.DataFrame, after: int) -> list[Claim]:

@@ -1194,14 +1194,14 @@ std::tuple<Tensor, Tensor> trim_largest(Tensor& res, Tensor& out, const Tensor& 
     V* o = out.data_ptr<V>();
     const int64_t size = res.numel();
     std::vector<V> mag(n);
-    int64_t above = 0;
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n; ++i) {  // checked before anything is written
       TORCH_CHECK(id[i] >= 0 && id[i] < size, "zen native: trim_largest: id ", id[i], " outside ", size);
       mag[i] = v[i] < V(0) ? -v[i] : v[i];
+      TORCH_CHECK(mag[i] == mag[i], "zen native: trim_largest: a NaN among the values");
     }
     std::nth_element(mag.begin(), mag.begin() + (k - 1), mag.end(), std::greater<V>());
-    const V tau = mag[k - 1];
-    for (int64_t i = 0; i < n; ++i) above += (v[i] < V(0) ? -v[i] : v[i]) > tau;
+    const V tau = mag[k - 1];  // the k - 1 before it are >= tau: the ones above it are all among them
+    const int64_t above = std::count_if(mag.begin(), mag.begin() + (k - 1), [tau](V a) { return a > tau; });
     int64_t ties = k - above;  // of the magnitudes equal to tau, this many (the first) stay sent
     Tensor kept_ids = at::empty({k}, ids.options());
     Tensor kept_values = at::empty({k}, values.options());
@@ -1220,7 +1220,6 @@ std::tuple<Tensor, Tensor> trim_largest(Tensor& res, Tensor& out, const Tensor& 
         o[id[i]] = V(0);
       }
     }
-    TORCH_CHECK(j == k, "zen native: trim_largest kept ", j, " of ", k, " (a NaN among the values?)");
     return std::make_tuple(kept_ids, kept_values);
   });
 }
