@@ -57,8 +57,8 @@ from workloads.torch_hooks import EXAMPLES, NO_COMM, is_torch_hook, register
 from workloads.train_config import TrainConfig
 from workloads.train_report import log_wandb, print_table, report_of
 from zen.ddp import ZenHookState, ddp_hook
-from zen.ddp.hook import DENSE
 from zen.provenance import write_json
+from zen.sync.synchronizer import DENSE
 
 log = logging.getLogger(__name__)
 

@@ -14,26 +14,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from zen.sync import Part
+
 EMBEDDING_MODULES = (nn.Embedding, nn.EmbeddingBag)  # torchrec's unsharded collections hold these too
-
-
-@dataclass(frozen=True)
-class Part:
-    """One piece of a bucket: `tensor` is a view of the bucket buffer (or the COO gradient itself)."""
-
-    tensor: torch.Tensor
-    sparse: bool  # embedding rows through the sparse scheme (else a flat dense part)
-    key: tuple[int, ...] = ()  # its parameters (addresses on this rank): what a compressor's residual is kept under
-
-    @property
-    def coo(self) -> bool:
-        return self.tensor.layout == torch.sparse_coo
+TAGS_PER_BUCKET = 1_024  # a part's tag: bucket index * this + its place in the bucket (the same on every rank)
 
 
 def embedding_params(sources: nn.Module | Iterable[nn.Module | torch.Tensor]) -> list[torch.Tensor]:
@@ -53,8 +42,9 @@ def embedding_params(sources: nn.Module | Iterable[nn.Module | torch.Tensor]) ->
 
 
 class BucketRouter:
-    """Splits buckets into `Part`s given the embedding parameters (none: every bucket is one dense part
-    through the scheme, the paper's flat view)."""
+    """Splits buckets into `zen.sync.Part`s, views of the bucket synchronized in place, given the embedding
+    parameters (none: every bucket is one dense part through the scheme, the paper's flat view). A part's
+    `key` is its parameters' addresses on this rank (its scheme instance and compressor memory)."""
 
     def __init__(self, sparse_params: Iterable[torch.Tensor] | None):
         self.everything_sparse = sparse_params is None
@@ -63,9 +53,15 @@ class BucketRouter:
     def split(self, bucket: dist.GradBucket) -> list[Part]:
         buffer = bucket.buffer()
         params = bucket.parameters()
-        if self.everything_sparse or buffer.layout != torch.strided:  # COO: always alone in its bucket
-            return [Part(buffer, sparse=True, key=tuple(p.data_ptr() for p in params))]
-        return self._split_dense(buffer, params, bucket.gradients())
+        tag = bucket.index() * TAGS_PER_BUCKET
+        key = tuple(p.data_ptr() for p in params)
+        if buffer.layout != torch.strided:  # COO: always alone in its bucket, handed back as COO
+            return [Part(buffer, sparse=True, key=key, tag=tag, sparse_result=True)]
+        if self.everything_sparse:
+            return [Part(buffer, sparse=True, key=key, tag=tag, out=buffer)]
+        parts = self._split_dense(buffer, params, bucket.gradients())
+        return [Part(p.tensor, rows=p.rows, sparse=p.sparse, key=p.key, tag=tag + i, out=p.tensor)
+                for i, p in enumerate(parts)]
 
     def _split_dense(self, buffer: torch.Tensor, params: list[torch.Tensor],
                      grads: list[torch.Tensor]) -> list[Part]:
@@ -94,4 +90,4 @@ class BucketRouter:
     def _part(flat: torch.Tensor, width: int | None, key: list[int]) -> Part:
         if width is None:
             return Part(flat, sparse=False, key=tuple(key))
-        return Part(flat.view(-1, width), sparse=True, key=tuple(key))
+        return Part(flat.view(-1, width), rows=True, sparse=True, key=tuple(key))
