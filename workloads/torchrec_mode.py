@@ -98,17 +98,15 @@ def wrapper_for(scheme: str, hook: dict[str, Any]) -> DefaultDataParallelWrapper
     return ZenDataParallelWrapper(scheme, sync_dense=True, **hook)
 
 
-def shard(model: nn.Module, plan: str, scheme: str, device: torch.device, lr: float,
-          hook: dict[str, Any] | None = None) -> tuple[DistributedModelParallel, torch.optim.Optimizer,
-                                                         DefaultDataParallelWrapper]:
-    """(DMP, optimizer, data-parallel wrapper) of `model` under `plan` with `scheme`. The optimizer is SGD at
-    `lr` over every parameter not trained inside backward (a table-wise table's fused SGD is)."""
+def shard(model: nn.Module, plan: str, wrapper: DefaultDataParallelWrapper, device: torch.device,
+          lr: float) -> tuple[DistributedModelParallel, torch.optim.Optimizer]:
+    """(DMP, optimizer) of `model` under `plan`, wrapped by `wrapper`, as a torchrec user builds them: the optimizer
+    is SGD at `lr` over every parameter not trained inside backward (a table-wise table's fused SGD is)."""
     torchrec_plan, sharders = sharding_plan(model, plan, dist.get_world_size(), device, lr)
-    wrapper = wrapper_for(scheme, hook or {})
     dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=device,
                                    plan=torchrec_plan, sharders=sharders, data_parallel_wrapper=wrapper)
     params = [p for _, p in in_backward_optimizer_filter(dmp.named_parameters())]
-    return dmp, torch.optim.SGD(params, lr=lr), wrapper
+    return dmp, torch.optim.SGD(params, lr=lr)
 
 
 def last_step(wrapper: DefaultDataParallelWrapper) -> StepRecord | None:
