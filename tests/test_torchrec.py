@@ -12,8 +12,12 @@ import sys
 import pytest
 import torch
 
+import zen
+from zen.ddp import BucketRouter
 from zen.prediction import predict, validation_meta
 from zen.types import WireLayout
+
+from .test_train import FakeBucket
 
 P = 2  # bitwise equality with DDP's allreduce needs a sum whose order cannot differ: two ranks
 BAGS = {"t0": (120, 8), "t1": (60, 4), "t2": (90, 8)}  # name: (rows, width), as tests/torchrec_cases.py has them
@@ -98,3 +102,22 @@ def test_import_zen_does_not_import_torchrec() -> None:
     code = "import sys, zen, zen.integrations, zen.ddp; assert 'torchrec' not in sys.modules, 'imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_router_cuts_a_flat_weight_at_its_table_views() -> None:
+    """torchrec's layout without torchrec: tables of widths 8, 4, 8 as (rows, width) views into one flat weight,
+    a dense parameter before it in the bucket, rows nobody named at its end. Each table becomes rows of its own
+    width, the gap a dense part; views that overlap or straddle the weight are refused."""
+    flat = torch.nn.Parameter(torch.zeros(5 * 8 + 3 * 4 + 2 * 8 + 6))
+    views = [flat[:40].view(5, 8), flat[40:52].view(3, 4), flat[52:68].view(2, 8)]
+    bias = torch.nn.Parameter(torch.zeros(3))
+    parts = BucketRouter(views).split(FakeBucket([bias, flat]))
+    assert [(tuple(p.tensor.shape), p.sparse) for p in parts] == [
+        ((3,), False), ((5, 8), True), ((3, 4), True), ((2, 8), True), ((6,), False)]
+    assert [p.key for p in parts[1:4]] == [(v.data_ptr(),) for v in views]  # one scheme instance per table
+    same_width = BucketRouter([flat[:40].view(5, 8), flat[40:56].view(2, 8)]).split(FakeBucket([flat]))
+    assert [tuple(p.tensor.shape) for p in same_width] == [(7, 8), (18,)]  # neighbours of one width: one part
+    with pytest.raises(zen.ZenInputError, match="overlap"):
+        BucketRouter([flat[:40].view(5, 8), flat[32:48].view(2, 8)])
+    with pytest.raises(zen.ZenInputError, match="not a run of rows inside"):
+        BucketRouter([flat[:40].view(5, 8)]).split(FakeBucket([flat[:20]]))
