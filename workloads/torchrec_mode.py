@@ -13,6 +13,7 @@ counted).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -109,6 +110,6 @@ def shard(model: nn.Module, plan: str, wrapper: DefaultDataParallelWrapper, devi
     return dmp, torch.optim.SGD(params, lr=lr)
 
 
-def last_step(wrapper: DefaultDataParallelWrapper) -> StepRecord | None:
-    """The Zen hooks' record of the last step (None for torchrec's own wrapping and the no-op hook)."""
-    return wrapper.last_step() if isinstance(wrapper, ZenDataParallelWrapper) else None
+def step_records(wrapper: DefaultDataParallelWrapper) -> Callable[[], StepRecord] | None:
+    """What reads the Zen hooks' record of the last step (None for torchrec's own wrapping and the no-op hook)."""
+    return wrapper.last_step if isinstance(wrapper, ZenDataParallelWrapper) else None

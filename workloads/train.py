@@ -145,17 +145,15 @@ def setup(cfg: TrainConfig, scheme: str, device: torch.device) -> Trainee:
 
 def _setup_torchrec(cfg: TrainConfig, scheme: str, device: torch.device, work: Workload, model: nn.Module) -> Trainee:
     """The model's embedding collections sharded by torchrec's DMP under `cfg.torchrec`, with `scheme`."""
-    from workloads.torchrec_mode import last_step, shard, wrapper_for
+    from workloads.torchrec_mode import shard, step_records, wrapper_for
     from zen.integrations.torchrec import data_parallel_tables
 
     rank, world = dist.get_rank(), dist.get_world_size()
     wrapper = wrapper_for(scheme, hook_settings(cfg, scheme) if scheme in zen.schemes() else {})
     dmp, optimizer = shard(model, cfg.torchrec, wrapper, device, work.lr)
-    record = last_step(wrapper)
     torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
-    return Trainee(scheme, work, dmp, optimizer, work.batches(rank, world, cfg.seed),
-                   None if record is None else lambda: last_step(wrapper), data_parallel_tables(dmp), [],
-                   torch.get_rng_state())
+    return Trainee(scheme, work, dmp, optimizer, work.batches(rank, world, cfg.seed), step_records(wrapper),
+                   data_parallel_tables(dmp), [], torch.get_rng_state())
 
 
 def hook_settings(cfg: TrainConfig, scheme: str) -> dict[str, Any]:
