@@ -39,6 +39,7 @@ localrules:
     aggregate_kernels,
     aggregate_training,
     aggregate_compressed,
+    aggregate_torchrec,
     log_bench_wandb,
     plot_figure,
     write_report,
