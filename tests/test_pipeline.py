@@ -251,7 +251,7 @@ def test_cluster_model_figure_and_claims_label_model_and_error(tmp_path):
 def test_profile_trace_becomes_one_row_space_per_worker(tmp_path, capsys):
     import torch
 
-    from zen.bench.scale import replay_sets
+    from harness.bench.scale import replay_sets
     from zen.cli import main
 
     trace = {"params": [{"rows": 10}, {"rows": 5}],
