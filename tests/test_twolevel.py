@@ -208,6 +208,38 @@ def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int, intra: str) ->
         assert "ranks_per_node" in rep["bad_hook"] and "ranks_per_node" in rep["bad_allreduce"]
 
 
+def auto_ranks(k: int, calls: int) -> list[tuple[str, bool]]:
+    """Rank body: `intra="auto"` (the default) over `calls` calls of one size: each call's node steps and
+    whether its sum was right."""
+    import torch.distributed as dist
+
+    from zen.api import sync
+    from zen.comm.dist import DistComm
+    from zen.registry import make_scheme
+    from zen.twolevel import dist_node_comms
+
+    rank, P = dist.get_rank(), dist.get_world_size()
+    comm, nodes, scheme = DistComm(), dist_node_comms(k), make_scheme("zen-hc")
+    tensors = [TWO_LEVEL_CASES["matrix"](r, P, torch.float32) for r in range(P)]
+    total, magnitude = reference_sum(tensors)
+    seen = []
+    for _ in range(calls):
+        out, stats = sync(scheme, tensors[rank], comm, rows=True, nodes=nodes)
+        seen.append((stats.extra["intra"], matches_reference(out, total, magnitude, P)))
+    return seen
+
+
+def test_intra_auto_tries_both_then_all_ranks_keep_one() -> None:
+    from zen.twolevel import TRIAL_CALLS
+
+    per_rank = spawn("tests.test_twolevel:auto_ranks", 4, {"k": 2, "calls": 2 * TRIAL_CALLS + 2}, timeout_s=300)
+    for seen in per_rank:
+        assert all(ok for _, ok in seen)
+        assert [m for m, _ in seen[: 2 * TRIAL_CALLS]] == ["dense", "sparse"] * TRIAL_CALLS
+    kept = {m for seen in per_rank for m, _ in seen[2 * TRIAL_CALLS :]}
+    assert len(kept) == 1 and kept <= {"dense", "sparse"}  # one choice, the same on every rank
+
+
 def test_ddp_hook_two_level_trains_like_allreduce() -> None:
     """Embedding rows two-level (dense tables), COO gradients flat beside it: DDP's losses and parameters."""
     two = {"ranks_per_node": 2}

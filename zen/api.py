@@ -42,7 +42,7 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
     nodes on shards of the node sums; the input check still runs over `comm`."""
     config = SyncConfig(scheme=scheme_config(scheme), validate=validate, nonfinite="raise" if check_finite else "pass",
                         rows=rows, sparse_result=sparse_result, divisor=divisor,
-                        ranks_per_node=nodes.ranks_per_node if nodes else 1, intra=nodes.mode if nodes else "dense")
+                        ranks_per_node=nodes.ranks_per_node if nodes else 1, intra=nodes.mode if nodes else "auto")
     syncer = Synchronizer(config, comm, nodes, instance=scheme, strict_two_level=True)
     return _one(syncer, tensor, out)
 
@@ -78,7 +78,7 @@ def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None, device:
 
 
 def _node_comms(comm: DistComm, group: dist.ProcessGroup | None, ranks_per_node: int,
-                timeout_s: float | None, intra: str = "dense") -> NodeComms | None:
+                timeout_s: float | None, intra: str = "auto") -> NodeComms | None:
     """The sub-groups of two-level allreduce, made at the first call with this `ranks_per_node` (every rank
     makes the same calls, so every rank creates them in the same order; both `intra` modes share them);
     None for flat (1)."""
@@ -96,7 +96,7 @@ def _node_comms(comm: DistComm, group: dist.ProcessGroup | None, ranks_per_node:
 def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGroup | None = None, *,
               out: torch.Tensor | None = None, validate: bool = True, timeout_s: float | None = None,
               rows: bool = False, sparse_result: bool = False, tag: int | str | None = None,
-              ranks_per_node: int = 1, intra: str = "dense", **options: Any) -> torch.Tensor:
+              ranks_per_node: int = 1, intra: str = "auto", **options: Any) -> torch.Tensor:
     """SUM of `tensor` over the ranks of `group`, same shape and dtype, on every rank: dense, or with
     `sparse_result` a coalesced COO tensor over the rows any rank has.
 
@@ -107,7 +107,8 @@ def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGrou
     raises ZenInputError on every rank at its next call, where without a tag its next call would pair with
     the others' previous one. `ranks_per_node` > 1 (the same on every rank, dividing the world size; the
     default group only): two-level sync, dense inside each node of that many consecutive ranks, `scheme`
-    across nodes (zen.twolevel; `intra`: its node steps, "dense" or "sparse"). See `sync` for the rest."""
+    across nodes (zen.twolevel; `intra`: its node steps, "auto" (timed at the first calls), "dense" or
+    "sparse"). See `sync` for the rest."""
     config = SyncConfig(scheme=scheme, options=frozen(options), ranks_per_node=ranks_per_node, intra=intra,
                         validate=validate, rows=rows, sparse_result=sparse_result)
     comm = _dist_comm(group, timeout_s, tensor.device)
@@ -131,7 +132,7 @@ class SimResult:
 def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, seed: int | None = None,
              validate: bool = True, timeout_s: float = 600.0, outs: Sequence[torch.Tensor] | None = None,
              divisor: int = 1, rows: bool = False, sparse_result: bool = False, ranks_per_node: int = 1,
-             intra: str = "dense",
+             intra: str = "auto",
              compress: str | None = None, density: float = 0.05, compress_options: dict[str, Any] | None = None,
              **options: Any) -> SimResult:
     """Run `scheme` on len(tensors) virtual ranks in this process, through the same code path as

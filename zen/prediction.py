@@ -32,7 +32,7 @@ def layout_and_sets(tensors: list[torch.Tensor], seed: int = 0) -> tuple[WireLay
 
 
 def predict(scheme: str, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int = 1,
-            intra: str = "dense", **options: Any) -> list[PhaseBytes]:
+            intra: str = "auto", **options: Any) -> list[PhaseBytes]:
     """Bytes each rank receives per phase in one steady-state call (after any warm-up); `ranks_per_node` > 1:
     of two-level sync (`two_level`, its node steps `intra`)."""
     made = make_scheme(scheme, **options)

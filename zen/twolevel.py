@@ -14,6 +14,11 @@ Lossless: a node's shard sum (its ranks' parts added in local-rank order) is sum
 scheme, bit-identical on the group's ranks, and the all-gather copies those bits, so every rank holds the
 same sum.
 
+`intra="auto"` (the default) picks one of the two per tensor size, as zen's selector picks BP or HC: the first
+calls alternate them (`IntraTrial`), each timed, and every rank takes the mode whose fastest call was faster at
+its fastest rank (an all-gather of two numbers over all ranks, once). The simulated group has no clock: it
+keeps the paper's dense steps. `intra="dense"` or `"sparse"` fixes the mode.
+
 `intra="sparse"` replaces both dense node steps by sparse ones, for nodes whose local link is not much faster
 than their uplink (the emulated cluster's loopback on a few shared cores, unlike NVLink). Its shards are
 interleaved, not contiguous: row r belongs to shard r % k, as row r // k there (`interleaved_rows`), so a skewed
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -41,6 +46,7 @@ from zen import native
 from zen.comm.base import Communicator, count_meta, gather_v_meta, ring_chunk
 from zen.comm.dist import DistComm, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
+from zen.device import Clock
 from zen.grad import LocalGrad, to_local_grad
 from zen.output import DenseOutput, Output, RowSet, RowsOutput, make_output, union_rows
 from zen.registry import Scheme
@@ -48,7 +54,8 @@ from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 INTRA = "intra:"  # phases on a node's local link
 INTER = "inter:"  # phases on the node's uplink
-INTRA_MODES = ("dense", "sparse")  # the node steps: the paper's dense shards, or sparse rows
+INTRA_MODES = ("auto", "dense", "sparse")  # the node steps: timed choice, the paper's dense shards, sparse rows
+TRIAL_CALLS = 2  # timed calls of each node-step mode before `intra="auto"` chooses
 
 
 def nodes_of(world_size: int, ranks_per_node: int) -> int:
@@ -83,7 +90,8 @@ class NodeComms:
 
     intra: Communicator
     inter: Communicator
-    mode: str = "dense"  # the node steps: dense (the paper's) or sparse rows (INTRA_MODES)
+    mode: str = "auto"  # the node steps: timed choice, dense (the paper's) or sparse rows (INTRA_MODES)
+    trials: dict[tuple, IntraTrial] = field(default_factory=dict)  # `auto`: per tensor size, its trial
 
     def __post_init__(self) -> None:
         if self.mode not in INTRA_MODES:
@@ -93,13 +101,51 @@ class NodeComms:
     def ranks_per_node(self) -> int:
         return self.intra.world_size
 
+    def steps_for(self, scheme: str, grad: LocalGrad, comm: Communicator) -> IntraTrial:
+        """The node steps of this call of `scheme` for `grad`'s size (auto: its trial); `comm` is the world's."""
+        key = (self.mode, scheme, grad.num_rows, grad.row_width, grad.dtype)
+        if key not in self.trials:
+            fixed = self.mode if self.mode != "auto" else None if comm.clocked and comm.world_size > 1 else "dense"
+            self.trials[key] = IntraTrial(fixed)
+        return self.trials[key]
+
     def begin_call(self, code: int, sizes_agreed: bool = False) -> None:
         """Both sub-groups start the call the world communicator starts (`Communicator.begin_call`)."""
         self.intra.begin_call(code, sizes_agreed)
         self.inter.begin_call(code, sizes_agreed)
 
 
-def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: str = "dense",
+@dataclass
+class IntraTrial:
+    """`intra="auto"` for one tensor size: TRIAL_CALLS timed calls of each kind of node steps, alternating
+    (dense, sparse, dense, ...: a scheme that chooses its own path in its first calls, as zen does, then
+    runs each path under both), then the faster for good (`chosen`). Every rank runs the same calls in the
+    same order, so they agree on which call is which; the choice comes from one all-gather, so they agree on
+    it too."""
+
+    chosen: str | None = None
+    times: dict[str, list[float]] = field(default_factory=lambda: {"dense": [], "sparse": []})
+
+    def mode(self) -> str:
+        if self.chosen is not None:
+            return self.chosen
+        return "dense" if len(self.times["dense"]) <= len(self.times["sparse"]) else "sparse"
+
+    def record(self, mode: str, seconds: float, comm: Communicator) -> None:
+        """One trial call's time; after the last, the choice: per mode its fastest call at its fastest rank
+        (the rank that waited least for the others), dense on a tie."""
+        if self.chosen is not None:
+            return
+        self.times[mode].append(seconds)
+        if len(self.times["sparse"]) < TRIAL_CALLS:
+            return
+        mine = torch.tensor([min(self.times["dense"]), min(self.times["sparse"])], dtype=torch.float64)
+        table = comm.all_gather_fixed(mine, dtype=torch.float64)
+        dense_s, sparse_s = (min(column) for column in zip(*table, strict=True))
+        self.chosen = "sparse" if sparse_s < dense_s else "dense"
+
+
+def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: str = "auto",
                     device: torch.device | None = None) -> NodeComms:
     """Sub-groups of torch.distributed's default group, for payloads on `device`. `new_group` must be called by
     every rank for every group, so each rank creates all nodes' and all local ranks' groups in one order and
@@ -115,7 +161,7 @@ def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: s
     return NodeComms(DistComm(intra, timeout_s, device=device), DistComm(inter, timeout_s, device=device), mode)
 
 
-def sim_node_comms(group: SimGroup, ranks_per_node: int, mode: str = "dense"
+def sim_node_comms(group: SimGroup, ranks_per_node: int, mode: str = "auto"
                    ) -> Callable[[int, torch.device], NodeComms]:
     """Sub-groups of a simulated group, made before its `run`; returns (rank, device) -> that rank's pair."""
     k = ranks_per_node
@@ -137,13 +183,15 @@ def interleaved_rows(rows: int, shards: int, j: int) -> int:
 class TwoLevel:
     """A scheme across nodes wrapped into two-level sync: what the synchronizer runs for embedding rows
     when ranks_per_node > 1. Its node steps send dense shards (`intra="dense"`, the rank's rows are not
-    extracted first) or the rank's non-zero rows (`"sparse"`)."""
+    extracted first), the rank's non-zero rows (`"sparse"`, extracted as they are sent), or, `"auto"`, the
+    faster of the two for the tensor's size (`IntraTrial`)."""
+
+    sparse_input = False  # the synchronizer extracts no rows ahead: dense node steps never need them
 
     def __init__(self, inner: Scheme, nodes: NodeComms):
         self.inner = inner
         self.nodes = nodes
         self.name = getattr(inner, "name", "scheme")
-        self.sparse_input = nodes.mode == "sparse"
 
     @staticmethod
     def refuse(tensor: torch.Tensor, sparse_result: bool) -> None:
@@ -154,20 +202,27 @@ class TwoLevel:
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         assert isinstance(out, DenseOutput)
-        sync_two_level(self.inner, grad, self.nodes, out, stats)
+        trial = self.nodes.steps_for(self.name, grad, comm)
+        mode = trial.mode()
+        clock = Clock(grad.device).start()
+        sync_two_level(self.inner, grad, self.nodes, out, stats, mode)
+        stats.extra["intra"] = mode
+        if trial.chosen is None:
+            trial.record(mode, clock.stop().seconds(), comm)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         return predict_two_level(self.inner, sets, layout, self.nodes.ranks_per_node, self.nodes.mode)
 
 
-def sync_two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutput, stats: SyncStats) -> None:
+def sync_two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutput, stats: SyncStats,
+                   mode: str) -> None:
     """The sum over every rank of `grad` (dense rows) into `out.buffer`, divided by `out.divisor`: reduce-
     scatter in the node, `scheme` across nodes on this rank's shard, then all-gather in the node. Dense node
     steps divide in the shard (1/k of the work), sparse ones while the gathered rows are written."""
     intra, inter = comms.intra, comms.inter
     intra.traffic, inter.traffic = stats.traffic.under(INTRA), stats.traffic.under(INTER)
     assert grad.dense is not None
-    if comms.mode == "sparse":
+    if mode == "sparse":
         rows = sparse_reduce_scatter(grad, intra)
         # the same on every node: shard sizes depend only on the (checked) shape
         empty = not rows.num_rows
@@ -261,13 +316,15 @@ def _sync_shard(scheme: Scheme, shard: torch.Tensor, inter: Communicator, diviso
 
 # ---- bytes (zen.prediction) ---------------------------------------------------------------------
 def predict_two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int,
-              intra: str = "dense") -> list[PhaseBytes]:
+              intra: str = "auto") -> list[PhaseBytes]:
     """Per rank, per phase, the bytes of zen.twolevel (input check aside). Inside the node, dense (contiguous
     shards): the reduce-scatter brings k - 1 copies of the rank's shard, the all-gather the other shards,
     (k-1)/k of the tensor each when k divides it; sparse (interleaved shards): the other ranks' non-zero rows
     of the rank's shard, and every other shard's rows of the result (the union of all ranks' sets there), as
     COO rows. Across nodes: `scheme.predict` on each shard, over the nodes' sets there, the union of their
-    ranks' sets (exact unless values cancel to zero)."""
+    ranks' sets (exact unless values cancel to zero). `intra="auto"`: dense, which it keeps where it cannot time
+    the two (the simulated group); on real ranks its choice is in each call's `stats.extra["intra"]`."""
+    intra = "dense" if intra == "auto" else intra
     k, P = ranks_per_node, layout.world_size
     nodes = nodes_of(P, k)
     got: list[PhaseBytes] = [{} for _ in range(P)]

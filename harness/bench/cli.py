@@ -15,6 +15,7 @@ from zen.cli_args import UsageError, count, positive_int
 from zen.compress import sparsifiers
 from zen.encodings import encodings
 from zen.registry import schemes
+from zen.twolevel import INTRA_MODES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,8 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks-per-node", type=positive_int, default=1,
                    help="nodes of this many consecutive ranks (one namespace each with --bandwidth), synced "
                         "two-level: dense inside a node, the scheme across nodes")
-    p.add_argument("--intra", choices=("dense", "sparse"), default="dense",
-                   help="with --ranks-per-node: the node steps, dense as the paper's (NVLink) or sparse rows")
+    p.add_argument("--intra", choices=INTRA_MODES, default="auto",
+                   help="with --ranks-per-node: the node steps, auto (the faster of the two, timed at the first "
+                        "calls), dense as the paper's (NVLink) or sparse rows")
     p.add_argument("--flat", action="store_true",
                    help="with --ranks-per-node (gloo, nccl): keep the nodes but sync flat over all ranks")
     p.add_argument("--pull", default=None, help=f"pull encoding for zen schemes ({', '.join(encodings())})")

@@ -52,7 +52,7 @@ class BenchConfig:
     compress: str | None = None  # inputs: what this compressor of `density` chooses (harness.bench.patterns)
     ranks_per_node: int = 1  # consecutive ranks per node (namespace)
     flat: bool = False  # with ranks_per_node > 1: sync over all ranks at once, not two-level
-    intra: str = "dense"  # two-level: the node steps, dense (the paper's) or sparse rows
+    intra: str = "auto"  # two-level: the node steps, timed choice, dense (the paper's) or sparse rows
 
     @property
     def two_level(self) -> bool:
@@ -273,7 +273,7 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
             "density": cfg.density, "pattern": cfg.pattern if cfg.compress is None else f"{cfg.compress}-chosen",
             "dtype": cfg.dtype, "bandwidth": cfg.bandwidth,
             "in_place": cfg.in_place, "gloo_loop": recs[0].gloo_loop, "ranks_per_node": cfg.ranks_per_node,
-            "sync": ("two-level" if cfg.intra == "dense" else "two-level-sparse") if cfg.two_level else "flat",
+            "sync": _sync_kind(cfg, recs), "intra": cfg.intra if cfg.two_level else None,
             "uplink_received_max": max(uplink_bytes([r.stats.traffic.received for r in recs], cfg.ranks_per_node)),
             "union_density": udens, "nnz_max": max(r.stats.nnz for r in recs),
             "bytes_sent_max": max(r.stats.traffic.bytes_sent for r in recs),
@@ -292,6 +292,13 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
     for r in out:
         r["speedup_vs_allreduce"] = base["time_ms_median"] / r["time_ms_median"] if base else None
     return out
+
+
+def _sync_kind(cfg: BenchConfig, recs: list[RankRecord]) -> str:
+    """flat, or two-level with the node steps its timed calls ran (`intra="auto"`: the ones it chose)."""
+    if not cfg.two_level:
+        return "flat"
+    return "two-level" if recs[0].stats.extra.get("intra", cfg.intra) == "dense" else "two-level-sparse"
 
 
 def _cpu_ms_median(recs: list[RankRecord]) -> float | None:

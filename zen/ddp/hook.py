@@ -122,8 +122,9 @@ class ZenHookState:
     compressors chose, exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`).
     `ranks_per_node` > 1 (it must divide the world size; the default group only): the embedding rows take the
     two-level path (zen.twolevel: dense inside each node of that many consecutive ranks, `scheme` across
-    nodes); dense parts, compressed parts and COO gradients stay flat over all ranks; `intra="sparse"`:
-    sparse node steps (for a node link not much faster than the uplink). `gloo_batch`: put gloo's event-loop
+    nodes); dense parts, compressed parts and COO gradients stay flat over all ranks; `intra`: the node steps,
+    "auto" (the faster of dense and sparse, timed at each part size's first calls), "dense" or "sparse" (for a
+    node link not much faster than the uplink). `gloo_batch`: put gloo's event-loop
     threads of the hook's groups under SCHED_BATCH (zen.comm.scheduling; it changes this process's threads,
     so it is opt-in)."""
 
@@ -143,7 +144,7 @@ class ZenHookState:
     compress_options: dict[str, Any] = field(default_factory=dict)
     compress_rows: bool = False
     ranks_per_node: int = 1
-    intra: str = "dense"
+    intra: str = "auto"
     gloo_batch: bool = False
     iteration: int = 0
     last_step: StepRecord = field(default_factory=StepRecord)

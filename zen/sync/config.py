@@ -35,7 +35,7 @@ class SyncConfig:
     compress_options: tuple[tuple[str, Any], ...] = ()
     compress_rows: bool = False
     ranks_per_node: int = 1
-    intra: str = "dense"
+    intra: str = "auto"
     validate: bool = True
     nonfinite: str = "raise"
     rows: bool = False
