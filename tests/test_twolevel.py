@@ -225,7 +225,7 @@ def auto_ranks(k: int, calls: int) -> list[tuple[str, bool]]:
     seen = []
     for _ in range(calls):
         out, stats = sync(scheme, tensors[rank], comm, rows=True, nodes=nodes)
-        seen.append((stats.extra["intra"], matches_reference(out, total, magnitude, P)))
+        seen.append((stats.intra, matches_reference(out, total, magnitude, P)))
     return seen
 
 

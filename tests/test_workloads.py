@@ -107,7 +107,7 @@ def test_paper_preset_builds_on_the_meta_device(name: str) -> None:
 
 
 def test_paper_presets_match_the_paper_sizes_without_building() -> None:
-    from workloads import bert, dlrm, gpt2, lstm
+    from workloads.models import bert, dlrm, gpt2, lstm
 
     assert lstm.PRESETS["paper"].embedding_rows == 793_471 and lstm.PRESETS["paper"].batch_size == 128
     assert dlrm.PRESETS["paper"].max_rows is None and sum(KAGGLE_CARDINALITIES) == 33_762_577

@@ -206,7 +206,7 @@ class TwoLevel:
         mode = trial.mode()
         clock = Clock(grad.device).start()
         sync_two_level(self.inner, grad, self.nodes, out, stats, mode)
-        stats.extra["intra"] = mode
+        stats.intra = mode
         if trial.chosen is None:
             trial.record(mode, clock.stop().seconds(), comm)
 
@@ -323,7 +323,7 @@ def predict_two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayo
     of the rank's shard, and every other shard's rows of the result (the union of all ranks' sets there), as
     COO rows. Across nodes: `scheme.predict` on each shard, over the nodes' sets there, the union of their
     ranks' sets (exact unless values cancel to zero). `intra="auto"`: dense, which it keeps where it cannot time
-    the two (the simulated group); on real ranks its choice is in each call's `stats.extra["intra"]`."""
+    the two (the simulated group); on real ranks its choice is in each call's `stats.intra`."""
     intra = "dense" if intra == "auto" else intra
     k, P = ranks_per_node, layout.world_size
     nodes = nodes_of(P, k)

@@ -85,7 +85,8 @@ class SyncStats:
 
     `push_counts[j]` is the number of non-zero rows this rank sent to server j (its own included);
     `server_count` is the number of non-zero rows of the aggregated partition this rank served.
-    Partition-free schemes leave both unset.
+    Partition-free schemes leave both unset. `choice`: the path zen's selector took (bp, hc); `intra`: the
+    node steps two-level sync ran (dense, sparse).
     """
 
     traffic: Traffic = field(default_factory=Traffic)
@@ -93,6 +94,7 @@ class SyncStats:
     push_counts: list[int] | None = None
     server_count: int | None = None
     choice: str | None = None
+    intra: str | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
     def resolved(self) -> SyncStats:

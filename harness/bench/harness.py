@@ -298,7 +298,7 @@ def _sync_kind(cfg: BenchConfig, recs: list[RankRecord]) -> str:
     """flat, or two-level with the node steps its timed calls ran (`intra="auto"`: the ones it chose)."""
     if not cfg.two_level:
         return "flat"
-    return "two-level" if recs[0].stats.extra.get("intra", cfg.intra) == "dense" else "two-level-sparse"
+    return "two-level" if (recs[0].stats.intra or cfg.intra) == "dense" else "two-level-sparse"
 
 
 def _cpu_ms_median(recs: list[RankRecord]) -> float | None:
