@@ -14,12 +14,13 @@ export HF_HUB_OFFLINE := 1
 
 all: run
 
-$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml scripts/setup_simgrid.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --no-deps -r requirements.lock
 	$(PY) -m pip install -q --no-deps -r requirements-workloads.txt
 	$(PY) -m pip install -q --no-deps -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	sh scripts/setup_simgrid.sh $(PY)  # the step simulator's engine (simulator/): SimGrid's Python module
 	touch $(STAMP)
 
 setup: $(STAMP)

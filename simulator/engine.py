@@ -1,0 +1,164 @@
+"""Runs a step's streams on SimGrid and reads the clock (paper section 6's settings, simulated).
+
+Every rank's streams become SimGrid actors on the rank's network host; local work migrates the actor to the
+rank's processor for its duration (the emulated cluster's shared cores), messages are SimGrid communications
+between the ranks' hosts, events are SimGrid semaphores. Collectives expand into their algorithm's messages:
+a ring all-reduce (reduce-scatter then all-gather, 2(P-1) steps of one chunk, chunks cut as
+`zen.comm.base.ring_chunk` cuts them) and the fixed all-gather as Bruck rounds or a ring.
+
+SimGrid keeps one engine per process, so each simulation runs in a fresh interpreter (`python -m
+simulator.engine`, the job pickled in a file); an error inside an actor aborts that process, never the caller.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from simulator.platform import SPEED, Platform
+from simulator.schedule import Comm, Compute, Signal, StepResult, Stream, Wait
+
+Round = tuple[list[tuple[int, int]], list[int]]  # (sends: (peer, bytes), receives: peers)
+
+
+def ring_chunk(numel: int, world_size: int, rank: int) -> int:
+    """Elements of chunk `rank` when a ring cuts `numel` into `world_size` pieces (zen.comm.base's rule)."""
+    base, rem = divmod(numel, world_size)
+    return base + (1 if rank < rem else 0)
+
+
+def rounds(op: Comm, rank: int, world: int, all_gather: str = "bruck") -> Iterator[Round]:
+    """The message rounds of one primitive on `rank`: each round's sends and receives are posted together
+    and the next round starts when all of them are done."""
+    if op.kind in ("all_to_all", "all_gather_bytes", "sendrecv"):
+        yield sorted(op.sends.items()), sorted(op.recvs)
+        return
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    if op.kind == "all_reduce":
+        numel = op.nbytes // op.itemsize
+        for step in range(2 * (world - 1)):  # rank r reduces (then owns) chunk r: it sends chunk r-1-s first
+            send = (rank - 1 - step) % world
+            recv = (rank - 2 - step) % world
+            yield [(nxt, ring_chunk(numel, world, send) * op.itemsize)], [prv] if recv is not None else []
+        return
+    if all_gather == "ring":
+        for _ in range(world - 1):
+            yield [(nxt, op.nbytes)], [prv]
+        return
+    dist = 1
+    while dist < world:  # Bruck: ceil(log2 P) rounds, round k moves min(2^k, P - 2^k) blocks
+        yield [((rank - dist) % world, min(dist, world - dist) * op.nbytes)], [(rank + dist) % world]
+        dist *= 2
+
+
+def simulate(platform: Platform, streams: Sequence[Stream]) -> StepResult:
+    """One step on a fresh SimGrid engine, in a worker process."""
+    return simulate_many([(platform, list(streams))])[0]
+
+
+def simulate_many(jobs: Sequence[tuple[Platform, list[Stream]]], workers: int = 1) -> list[StepResult]:
+    """Several independent simulations, each in an interpreter of its own (`workers` at a time)."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_run, jobs))
+
+
+def _run(job: tuple[Platform, list[Stream]]) -> StepResult:
+    with TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "platform.xml").write_text(job[0].xml)
+        (folder / "job.pkl").write_bytes(pickle.dumps(job))
+        done = subprocess.run([sys.executable, "-m", "simulator.engine", tmp], capture_output=True, text=True)
+        if done.returncode != 0 or not (folder / "result.pkl").exists():
+            raise RuntimeError(f"the SimGrid run of {job[0].name} failed (rc {done.returncode}): "
+                               f"{done.stderr.strip()[-2000:]}")
+        return pickle.loads((folder / "result.pkl").read_bytes())
+
+
+def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepResult:
+    """Build the engine in this process (once per process: SimGrid's rule) and run the streams."""
+    import simgrid
+    from simgrid import Actor, Engine, Host, Mailbox, this_actor
+
+    args = [sys.argv[0] or "simulator", "--log=root.thres:critical", "--cfg=contexts/factory:thread"]
+    engine = Engine(args + [f"--cfg={c}" for c in platform.config])
+    engine.load_platform(str(xml))
+    world = platform.world_size
+    events: dict[tuple[int, str], simgrid.Semaphore] = defaultdict(lambda: simgrid.Semaphore(0))
+    counters: dict[tuple, int] = defaultdict(int)
+    ends: dict[int, float] = {}
+    busy: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    messages = [0]
+
+    def mailbox(call: str, src: int, dst: int, side: str) -> simgrid.Mailbox:
+        """The k-th message from src to dst in `call`, k counted on each side (as a transport orders them)."""
+        key = (call, src, dst, side)
+        k = counters[key]
+        counters[key] = k + 1
+        return Mailbox.by_name(f"{call}|{src}>{dst}|{k}")
+
+    def communicate(stream: Stream, op: Comm) -> None:
+        r = stream.rank
+        for sends, recvs in rounds(op, r, world, platform.all_gather):
+            pending, keep = [], []
+            for peer, nbytes in sends:
+                pending.append(mailbox(op.call, r, peer, "send").put_async(None, int(nbytes)))
+                messages[0] += 1
+            for peer in recvs:
+                comm, data = mailbox(op.call, peer, r, "recv").get_async()
+                pending.append(comm)
+                keep.append(data)
+            simgrid.Comm.wait_all(pending)
+            for data in keep:
+                data.get()
+
+    def body(stream: Stream, net: Host, cpu: Host) -> None:
+        for item in stream.items:
+            if isinstance(item, Compute):
+                if item.seconds > 0:
+                    if cpu is not net:
+                        this_actor.set_host(cpu)
+                    this_actor.execute(item.seconds * SPEED)
+                    if cpu is not net:
+                        this_actor.set_host(net)
+            elif isinstance(item, Comm):
+                start = Engine.clock
+                communicate(stream, item)
+                if stream.comm:
+                    busy[stream.rank].append((start, Engine.clock))
+            elif isinstance(item, Signal):
+                events[stream.rank, item.event].release()
+            elif isinstance(item, Wait):
+                events[stream.rank, item.event].acquire()
+        if stream.main:
+            ends[stream.rank] = Engine.clock
+
+    hosts = {name: Host.by_name(name) for name in {*platform.net_hosts, *platform.cpu_hosts}}
+    for s in streams:
+        net, cpu = hosts[platform.net_hosts[s.rank]], hosts[platform.cpu_hosts[s.rank]]
+        Actor.create(f"{s.rank}:{s.name}", net, body, s, net, cpu)
+    engine.run()
+    rank_end = [ends.get(r, 0.0) for r in range(world)]
+    return StepResult(max(rank_end, default=0.0), rank_end, [_union(busy[r]) for r in range(world)], messages[0])
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of time spans."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+if __name__ == "__main__":
+    work = Path(sys.argv[1])
+    plat, items = pickle.loads((work / "job.pkl").read_bytes())
+    result = run_here(plat, items, work / "platform.xml")
+    (work / "result.pkl").write_bytes(pickle.dumps(result))
