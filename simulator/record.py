@@ -9,7 +9,8 @@ recorded without being re-derived, and the record adds up to the bytes the commu
 
 The local work between two primitives is timed too: the virtual ranks pass a baton, so exactly one of them
 runs at a time (on one thread, as each rank of `zen train` runs: OMP_NUM_THREADS=1), and the time from
-leaving one primitive to entering the next is that rank's own CPU time for that stretch of the scheme.
+leaving one primitive to entering the next, in the thread's CPU time (so other processes on the machine do not
+stretch it), is that rank's own work for that stretch of the scheme.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ class Baton:
 
     def hold(self, rank: int) -> None:
         self.lock.acquire()
-        self.resumed[rank] = time.perf_counter()
+        self.resumed[rank] = time.thread_time()
 
     def release(self, rank: int) -> None:
-        self.items[rank].append(Compute(time.perf_counter() - self.resumed[rank]))
+        self.items[rank].append(Compute(time.thread_time() - self.resumed[rank]))
         self.lock.release()
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-PRESETS = ("tiny", "small", "scaled", "paper")
+PRESETS = ("tiny", "small", "scaled", "paper", "table1")
 
 
 @dataclass

@@ -1,0 +1,94 @@
+"""`python -m simulator`: the step simulator's command line (bad arguments: one line, exit 2).
+
+  timeline   this machine's compute timeline of a workload (one thread, DDP's buckets)
+  calibrate  this machine's cost of a message on the emulated cluster
+  validate   one emulated-cluster cell simulated, beside what `zen train` measured there
+  paper      the paper's cluster (and larger) simulated from a paper-density trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from zen.cli_args import UsageError, positive_int
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the usage too)
+        raise UsageError(message)
+
+
+def _rate(text: str) -> float:
+    from zen.netem import parse_rate
+
+    try:
+        return parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m simulator", description="a step simulator on SimGrid (issue 30)")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    t = sub.add_parser("timeline", help="this machine's compute timeline of a workload")
+    t.add_argument("--workload", required=True)
+    t.add_argument("--preset", default="scaled")
+    t.add_argument("--steps", type=positive_int, default=8)
+    t.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("calibrate", help="this machine's cost of a message on the emulated cluster")
+    c.add_argument("--bandwidth", default="1gbit")
+    c.add_argument("--repeats", type=positive_int, default=20)
+    c.add_argument("--out", type=Path, required=True)
+    v = sub.add_parser("validate", help="one emulated-cluster cell simulated beside its measurement")
+    v.add_argument("--measured", type=Path, required=True, help="the cell's `zen train --out` JSON")
+    v.add_argument("--timeline", type=Path, required=True, help="`python -m simulator timeline --out`")
+    v.add_argument("--cost", type=Path, required=True, help="`python -m simulator calibrate --out`")
+    v.add_argument("--cores", type=positive_int, default=2)
+    v.add_argument("--csv", type=Path, required=True)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return _run(args)
+    except UsageError as exc:
+        print(f"python -m simulator: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "timeline":
+        from simulator import timeline
+
+        t = timeline.measure(args.workload, args.preset, steps=args.steps)
+        timeline.save(t, args.out)
+        print(f"{args.workload}/{args.preset}: forward {1e3 * t.forward_s:.1f} ms, backward {1e3 * t.backward_s:.1f} ms "
+              f"({len(t.buckets)} buckets), optimizer {1e3 * t.optimizer_s:.1f} ms (one thread's CPU time)")
+        return 0
+    if args.command == "calibrate":
+        from simulator.calibrate import measure
+
+        cost = measure(args.bandwidth, args.repeats)
+        cost.save(args.out)
+        print(cost)
+        return 0
+    if args.command == "validate":
+        from simulator.compare import validate_cell
+
+        for name in ("measured", "timeline", "cost"):
+            if not getattr(args, name).is_file():
+                raise UsageError(f"--{name} {getattr(args, name)}: no such file")
+        rows = validate_cell(json.loads(args.measured.read_text()), args.timeline, args.cost, args.cores)
+        from zen.provenance import write_csv
+
+        write_csv(args.csv, rows)
+        for r in rows:
+            print(f"{r['workload']:>5} n={r['world_size']} {r['bandwidth']:>8} {r['scheme']:>11}  measured "
+                  f"{r['measured_ms']:8.1f} ms  simulated {r['simulated_ms']:8.1f} ms  ({r['error']:+.1%})")
+        return 0
+    raise UsageError(f"unknown command {args.command}")
