@@ -1,0 +1,168 @@
+"""The paper's cluster simulated (section 6: 16 machines x 8 V100, 25 Gbps TCP or 100 Gbps), and larger ones,
+from a trace at the paper's density (`zen profile --preset table1 --rows-from ids`).
+
+The model of a workload at the paper's scale (`SETTINGS`): Table 1's embedding parameters are the sparse part,
+laid out as the trace's rows (the rows its workers' batches touch) times the width that gives Table 1's
+parameter count; the dense part is the rest of the paper's model (stated per workload). Each GPU is a rank;
+the embedding bucket syncs two-level as the paper does (section 5 step 2, zen.twolevel): a dense reduce-scatter
+of contiguous row shards over NVLink, the scheme across machines on each shard of the machine's sum (the real
+scheme recorded through the recording communicator, one group of machines per shard), an all-gather over
+NVLink. The dense part goes by a ring all-reduce over all GPUs, as NCCL's. The compute timeline is a stated
+roofline (`V100`), local work of a sparse call one pass over its shard at the paper's hashing rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from simulator import engine, platform
+from simulator.record import record_once
+from simulator.schedule import Comm, Compute, Item, StepResult
+from simulator.step import Calls, step_streams
+from simulator.timeline import Bucket, Param, Timeline
+from zen.api import sync
+from zen.registry import make_scheme
+from zen.twolevel import shard_bounds
+
+V100_FLOPS = 15.7e12  # fp32 peak of a Tesla V100 SXM2 (NVIDIA's V100 datasheet)
+V100_UTILIZATION = 0.4  # stated assumption: 40% of peak in training
+V100_HASH_RATE = 214e6 / 6e-3  # elements per second: the paper's hashing of 214M elements in ~6 ms (Fig 16)
+NVLINK_BPS = 1200e9  # ~150 GB/s between two V100s of a DGX-1 machine
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A workload at the paper's scale: Table 1's embedding parameters, the rest of the model (dense), tokens a
+    GPU trains on per step (6 x dense parameters FLOPs per token: forward and backward)."""
+
+    paper_name: str
+    embedding_params: float
+    dense_params: float
+    tokens: int
+    batch: int
+    dense_source: str
+
+
+SETTINGS = {
+    "lstm": Setting("LSTM", 406e6, 9.45e6, 128 * 20, 128, "the LSTMP layer (2048 -> 512) of the 1B-word LSTM"),
+    "dlrm": Setting("DeepFM", 214e6, 0.48e6, 1024, 1024, "DLRM's reference MLPs for Criteo"),
+    "gpt2": Setting("NMT", 112e6, 31.5e6, 64 * 40, 64, "a transformer_iwslt_de_en body (6+6 layers, 512, FFN 1024)"),
+    "bert": Setting("BERT", 30522 * 768, 86e6, 5 * 128, 5, "BERT-base's encoder"),
+}
+
+
+def roofline(s: Setting) -> Timeline:
+    """V100 step: 6 x dense parameters x tokens FLOPs at V100_UTILIZATION of the peak, a third forward; the
+    dense gradients ready half way through backward, the embedding's at its end (the first layer)."""
+    compute = 6 * s.dense_params * s.tokens / (V100_FLOPS * V100_UTILIZATION)
+    rows = 1  # placeholders: parts() only needs which parameters are sparse
+    return Timeline(compute / 3, 2 * compute / 3, 0.0,
+                    [Bucket(compute / 3, (Param("dense", (int(s.dense_params),), False),)),
+                     Bucket(2 * compute / 3, (Param("embedding", (rows, 1), True),))],
+                    source=f"roofline: 6 x {s.dense_params:.3g} dense parameters x {s.tokens} tokens at "
+                           f"{V100_UTILIZATION:.0%} of a V100's {V100_FLOPS / 1e12:g} TFLOP/s")
+
+
+def load_sets(trace: Path) -> tuple[int, list[torch.Tensor]]:
+    """A `zen profile` traces.pt as one row set per worker (parameters stacked, the last step)."""
+    from zen.bench.scale import replay_sets
+
+    data = replay_sets(torch.load(trace, weights_only=True))
+    return int(data["rows"]), [s.long() for s in data["sets"]]
+
+
+def node_shards(sets: list[torch.Tensor], nodes: int, gpus: int, rows: int) -> list[list[torch.Tensor]]:
+    """[node][shard]: the rows of the machine's summed gradient in each contiguous shard (ids within it)."""
+    bounds = shard_bounds(rows, gpus)
+    out = []
+    for m in range(nodes):
+        union = torch.unique(torch.cat(sets[m * gpus:(m + 1) * gpus]))
+        out.append([union[(union >= bounds[j]) & (union < bounds[j + 1])] - bounds[j] for j in range(gpus)])
+    return out
+
+
+def cross_calls(scheme: str, shards: list[list[torch.Tensor]], rows: int, width: int, seed: int = 0,
+                **options: object) -> list[list[list[Item]]]:
+    """[shard][node]: the scheme across machines on each shard of the machines' sums, recorded from the real
+    code (COO inputs, a COO result: memory for the rows only)."""
+    nodes, gpus = len(shards), len(shards[0])
+    bounds = shard_bounds(rows, gpus)
+    out = []
+    for j in range(gpus):
+        gen = torch.Generator().manual_seed(seed + j)
+        tensors = [torch.sparse_coo_tensor(ids.unsqueeze(0), torch.randn(len(ids), width, generator=gen),
+                                           (bounds[j + 1] - bounds[j], width)).coalesce()
+                   for ids in (shards[m][j] for m in range(nodes))]
+        instances = [make_scheme(scheme, **options) for _ in range(nodes)]
+
+        def fn(comm: object, rank: int, tensors: list[torch.Tensor] = tensors, instances: list = instances) -> None:
+            sync(instances[rank], tensors[rank], comm, validate=False, sparse_result=True)  # type: ignore[arg-type]
+
+        out.append(record_once(fn, nodes, f"x{j}", seed)[0])
+    return out
+
+
+def embedding_calls(scheme: str, sets: list[torch.Tensor], nodes: int, gpus: int, rows: int, width: int,
+                    **options: object) -> list[list[Item]]:
+    """Per GPU, the embedding bucket's sync: reduce-scatter in the machine, the recorded scheme across machines
+    (its local work replaced by one pass over the shard at the paper's hashing rate), all-gather in the machine."""
+    world = nodes * gpus
+    if not make_scheme(scheme, **options).sparse_input:
+        return [[Comm("all_reduce", "emb", nbytes=4 * rows * width)] for _ in range(world)]
+    bounds = shard_bounds(rows, gpus)
+    shard_bytes = [4 * width * (bounds[j + 1] - bounds[j]) for j in range(gpus)]
+    cross = cross_calls(scheme, node_shards(sets, nodes, gpus, rows), rows, width, **options) if nodes > 1 else None
+    out = []
+    for g in range(world):
+        m, j = divmod(g, gpus)
+        peers = [m * gpus + i for i in range(gpus) if i != j]
+        items: list[Item] = []
+        if gpus > 1:
+            items.append(Comm("all_to_all", "rs", {p: shard_bytes[p % gpus] for p in peers},
+                              {p: shard_bytes[j] for p in peers}))
+        items.append(Compute(shard_bytes[j] / 4 / V100_HASH_RATE))
+        if cross is not None:
+            items += [_global(i, j, gpus) for i in cross[j][m] if isinstance(i, Comm)]
+        if gpus > 1:
+            items.append(Comm("all_to_all", "ag", {p: shard_bytes[j] for p in peers},
+                              {p: shard_bytes[p % gpus] for p in peers}))
+        out.append(items)
+    return out
+
+
+def _global(item: Comm, j: int, gpus: int) -> Comm:
+    """A cross-machine message of shard group j: node ranks become the GPUs holding shard j."""
+    return Comm(item.kind, item.call, {m * gpus + j: b for m, b in item.sends.items()},
+                {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize)
+
+
+def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, nic_bps: float,
+             schemes: list[str], latency_s: float = 10e-6) -> dict[str, StepResult]:
+    """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at `nic_bps`; "none" computes only.
+    zen is whichever of its two paths (BP, HC) gives the shorter step, as its trial picks."""
+    s = SETTINGS[workload]
+    width = max(1, round(s.embedding_params / rows))
+    t = roofline(s)
+    world = nodes * gpus
+    plat = platform.gpu_cluster(nodes, gpus, nic_bps, NVLINK_BPS, latency_s)
+    if len(sets) < world:
+        raise ValueError(f"the trace has {len(sets)} workers, fewer than {world} GPUs")
+    dense = [[Comm("all_reduce", "dense", nbytes=4 * int(s.dense_params))] for _ in range(world)]
+    jobs: list[tuple[str, Calls | None]] = [("none", None)]
+    for name in schemes:
+        variants = [("zen", {"choice": "bp"}), ("zen", {"choice": "hc"})] if name == "zen" else [(name, {})]
+        for scheme, options in variants:
+            emb = embedding_calls(scheme, sets[:world], nodes, gpus, rows, width, **options)
+            jobs.append((f"{name}:{options.get('choice', '')}", {(0, 0): dense, (1, 0): emb}))
+    streams = [step_streams("none", world, t) if calls is None else step_streams("hook", world, t, calls, lanes=1)
+               for _, calls in jobs]
+    results = engine.simulate_many([(plat, st) for st in streams], workers=2)
+    out: dict[str, StepResult] = {}
+    for (key, _), res in zip(jobs, results, strict=True):
+        name = key.split(":")[0]
+        if name not in out or res.step_s < out[name].step_s:
+            out[name] = res
+    return out
