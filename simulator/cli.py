@@ -67,8 +67,9 @@ def _run(args: argparse.Namespace) -> int:
 
         t = timeline.measure(args.workload, args.preset, steps=args.steps)
         timeline.save(t, args.out)
-        print(f"{args.workload}/{args.preset}: forward {1e3 * t.forward_s:.1f} ms, backward {1e3 * t.backward_s:.1f} ms "
-              f"({len(t.buckets)} buckets), optimizer {1e3 * t.optimizer_s:.1f} ms (one thread's CPU time)")
+        print(f"{args.workload}/{args.preset}: forward {1e3 * t.forward_s:.1f} ms, backward "
+              f"{1e3 * t.backward_s:.1f} ms ({len(t.buckets)} buckets), optimizer {1e3 * t.optimizer_s:.1f} ms "
+              "(one thread's CPU time)")
         return 0
     if args.command == "calibrate":
         from simulator.calibrate import measure

@@ -8,8 +8,8 @@ machine's cores: their local work runs on one host of `cores` cores that SimGrid
 
 Links are split-duplex (each direction its own capacity), the switch a fat pipe (full bisection), the
 network model CM02 (max-min sharing with no TCP corrections) without cross-traffic (the acknowledgements'
-share of the reverse direction: the emulated links measured 1.00-1.01x the ring formula, docs), so a lone transfer takes exactly its route's
-latency plus bytes over the slowest link: the closed form the analytical model (zen/costmodel.py) uses.
+share of the reverse direction: the emulated links measured 1.00-1.01x the ring formula), so a lone transfer
+takes exactly its route's latency plus bytes over the slowest link: the closed form zen/costmodel.py uses.
 """
 
 from __future__ import annotations

@@ -124,7 +124,8 @@ def test_recording_repeats_keep_the_schedule_and_median_the_work() -> None:
 def test_a_hook_step_overlaps_buckets_with_backward() -> None:
     """Two buckets on two lanes: the first bucket's all-reduce runs while backward goes on (hidden), the
     second's after it; `none` is the compute alone."""
-    t = Timeline(0.1, 0.4, 0.05, [Bucket(0.1, (Param("a", (1000,), False),)), Bucket(0.4, (Param("b", (1000,), False),))])
+    t = Timeline(0.1, 0.4, 0.05, [Bucket(0.1, (Param("a", (1000,), False),)),
+                                  Bucket(0.4, (Param("b", (1000,), False),))])
     size = 25_000_000
     calls = {(k, 0): [[Comm("all_reduce", f"b{k}", nbytes=size)] for _ in range(2)] for k in range(2)}
     plat = platform.emulated(2, 1e9, cores=2)
