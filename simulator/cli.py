@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from zen.cli_args import UsageError, positive_int
+from zen.cli_args import UsageError, positive_int, world_sizes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--cost", type=Path, required=True, help="`python -m simulator calibrate --out`")
     v.add_argument("--cores", type=positive_int, default=2)
     v.add_argument("--csv", type=Path, required=True)
+    pp = sub.add_parser("paper", help="the paper's cluster simulated from a paper-density trace")
+    pp.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
+    pp.add_argument("--workload", required=True, choices=["lstm", "dlrm", "gpt2", "bert"])
+    pp.add_argument("--nodes", type=world_sizes, default=[16])
+    pp.add_argument("--gpus-per-node", type=positive_int, default=8)
+    pp.add_argument("--bandwidth", type=_rate, action="append", help="NIC rate (repeatable; default 25gbit)")
+    pp.add_argument("--schemes", default="allreduce,agsparse,sparcml,omnireduce,sparse_ps,zen")
+    pp.add_argument("--csv", type=Path, required=True)
     return p
 
 
@@ -91,5 +99,19 @@ def _run(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['workload']:>5} n={r['world_size']} {r['bandwidth']:>8} {r['scheme']:>11}  measured "
                   f"{r['measured_ms']:8.1f} ms  simulated {r['simulated_ms']:8.1f} ms  ({r['error']:+.1%})")
+        return 0
+    if args.command == "paper":
+        from simulator.paper import table
+        from zen.provenance import write_csv
+
+        if not (args.profile / "traces.pt").is_file():
+            raise UsageError(f"--profile {args.profile}: no traces.pt there")
+        rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
+                     args.schemes.split(","))
+        write_csv(args.csv, rows)
+        for r in rows:
+            print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
+                  f"{r['scheme']:>11}  step {r['step_ms']:8.2f} ms  exposed comm {r['exposed_comm_ms']:8.2f} ms  "
+                  f"(model {r['model_comm_ms']:8.2f})  zen over it {r['zen_speedup']:.2f}x, comm {r['zen_comm_speedup']:.2f}x")
         return 0
     raise UsageError(f"unknown command {args.command}")

@@ -33,19 +33,29 @@ def ring_chunk(numel: int, world_size: int, rank: int) -> int:
     return base + (1 if rank < rem else 0)
 
 
-def rounds(op: Comm, rank: int, world: int, all_gather: str = "bruck") -> Iterator[Round]:
+def rounds(op: Comm, rank: int, world: int, all_gather: str = "bruck", gpus: int = 1) -> Iterator[Round]:
     """The message rounds of one primitive on `rank`: each round's sends and receives are posted together
-    and the next round starts when all of them are done."""
+    and the next round starts when all of them are done. `gpus` > 1 (machines of that many GPUs): an
+    all-reduce runs as NCCL's across machines (`_two_level_all_reduce`)."""
     if op.kind in ("all_to_all", "all_gather_bytes", "sendrecv"):
         yield sorted(op.sends.items()), sorted(op.recvs)
         return
+    if op.kind == "all_reduce" and gpus > 1 and op.group is None:
+        yield from _two_level_all_reduce(op, rank, world, gpus)
+        return
+    members = op.group or tuple(range(world))
+    size, me = len(members), members.index(rank)
+    for sends, recvs in _group_rounds(op, me, size, all_gather):
+        yield [(members[p], b) for p, b in sends], [members[p] for p in recvs]
+
+
+def _group_rounds(op: Comm, rank: int, world: int, all_gather: str) -> Iterator[Round]:
+    """A collective's rounds in the positions of its group."""
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     if op.kind == "all_reduce":
         numel = op.nbytes // op.itemsize
-        for step in range(2 * (world - 1)):  # rank r reduces (then owns) chunk r: it sends chunk r-1-s first
-            send = (rank - 1 - step) % world
-            recv = (rank - 2 - step) % world
-            yield [(nxt, ring_chunk(numel, world, send) * op.itemsize)], [prv] if recv is not None else []
+        for step in range(2 * (world - 1)):  # position p reduces (then owns) chunk p: it sends chunk p-1-s first
+            yield [(nxt, ring_chunk(numel, world, (rank - 1 - step) % world) * op.itemsize)], [prv]
         return
     if all_gather == "ring":
         for _ in range(world - 1):
@@ -55,6 +65,23 @@ def rounds(op: Comm, rank: int, world: int, all_gather: str = "bruck") -> Iterat
     while dist < world:  # Bruck: ceil(log2 P) rounds, round k moves min(2^k, P - 2^k) blocks
         yield [((rank - dist) % world, min(dist, world - dist) * op.nbytes)], [(rank + dist) % world]
         dist *= 2
+
+
+def _two_level_all_reduce(op: Comm, rank: int, world: int, gpus: int) -> Iterator[Round]:
+    """A ring reduce-scatter inside the machine, a ring all-reduce of the GPU's 1/gpus across machines (one
+    ring per local rank), a ring all-gather inside: the NIC carries 2 (n-1)/n of the tensor, as a flat ring's."""
+    node, local = divmod(rank, gpus)
+    nodes = world // gpus
+    numel = op.nbytes // op.itemsize
+    nxt, prv = node * gpus + (local + 1) % gpus, node * gpus + (local - 1) % gpus
+    for step in range(gpus - 1):
+        yield [(nxt, ring_chunk(numel, gpus, (local - 1 - step) % gpus) * op.itemsize)], [prv]
+    shard = ring_chunk(numel, gpus, local)
+    up, down = ((node + 1) % nodes) * gpus + local, ((node - 1) % nodes) * gpus + local
+    for step in range(2 * (nodes - 1)):
+        yield [(up, ring_chunk(shard, nodes, (node - 1 - step) % nodes) * op.itemsize)], [down]
+    for step in range(gpus - 1):
+        yield [(nxt, ring_chunk(numel, gpus, (local - step) % gpus) * op.itemsize)], [prv]
 
 
 def simulate(platform: Platform, streams: Sequence[Stream]) -> StepResult:
@@ -104,7 +131,7 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
 
     def communicate(stream: Stream, op: Comm) -> None:
         r = stream.rank
-        for sends, recvs in rounds(op, r, world, platform.all_gather):
+        for sends, recvs in rounds(op, r, world, platform.all_gather, platform.gpus_per_node):
             pending, keep = [], []
             for peer, nbytes in sends:
                 pending.append(mailbox(op.call, r, peer, "send").put_async(None, int(nbytes)))

@@ -125,7 +125,7 @@ def embedding_calls(scheme: str, sets: list[torch.Tensor], nodes: int, gpus: int
                               {p: shard_bytes[j] for p in peers}))
         items.append(Compute(shard_bytes[j] / 4 / V100_HASH_RATE))
         if cross is not None:
-            items += [_global(i, j, gpus) for i in cross[j][m] if isinstance(i, Comm)]
+            items += [_global(i, j, gpus, nodes) for i in cross[j][m] if isinstance(i, Comm)]
         if gpus > 1:
             items.append(Comm("all_to_all", "ag", {p: shard_bytes[j] for p in peers},
                               {p: shard_bytes[p % gpus] for p in peers}))
@@ -133,10 +133,12 @@ def embedding_calls(scheme: str, sets: list[torch.Tensor], nodes: int, gpus: int
     return out
 
 
-def _global(item: Comm, j: int, gpus: int) -> Comm:
-    """A cross-machine message of shard group j: node ranks become the GPUs holding shard j."""
+def _global(item: Comm, j: int, gpus: int, nodes: int) -> Comm:
+    """A cross-machine primitive of shard group j: node ranks become the GPUs holding shard j (a collective
+    runs among them)."""
+    group = tuple(m * gpus + j for m in range(nodes))
     return Comm(item.kind, item.call, {m * gpus + j: b for m, b in item.sends.items()},
-                {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize)
+                {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize, group)
 
 
 def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, nic_bps: float,
@@ -165,4 +167,44 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
         name = key.split(":")[0]
         if name not in out or res.step_s < out[name].step_s:
             out[name] = res
+    return out
+
+
+def model_comm(workload: str, profile: Path, scheme: str, nodes: int, gpus: int, nic_bps: float, rows: int) -> float:
+    """The closed-form cluster model (zen.bench.cluster, `zen cluster`) on the same trace and sizes: the
+    simulator's analytical check (no overlap with backward, no contention between the GPUs' shards)."""
+    from zen.bench.cluster import Cluster, load_profile, step_time
+
+    s = SETTINGS[workload]
+    width = max(1, round(s.embedding_params / rows))
+    params, sets, _ = load_profile(profile)
+    params = [{**p, "width": width} for p in params]
+    cl = Cluster(nodes, gpus, nic_bps, NVLINK_BPS, V100_HASH_RATE)
+    return step_time(scheme, params, sets, int(s.dense_params), cl)["comm_s"]
+
+
+def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str]
+          ) -> list[dict[str, object]]:
+    """CSV rows: every scheme's simulated step at every machine count and NIC rate, with Zen's speedups over
+    it (throughput, and exposed communication) and the analytical model's communication time beside."""
+    rows, sets = load_sets(profile / "traces.pt")
+    s = SETTINGS[workload]
+    out: list[dict[str, object]] = []
+    for rate in rates:
+        for nodes in node_counts:
+            res = simulate(workload, sets, rows, nodes, gpus, rate, schemes)
+            base = res.pop("none").step_s
+            zen = res["zen"].step_s
+            for name, r in res.items():
+                exposed = r.step_s - base
+                out.append({"workload": workload, "paper_name": s.paper_name, "scheme": name, "nodes": nodes,
+                            "gpus_per_node": gpus, "world_size": nodes * gpus, "bandwidth_gbps": rate / 1e9,
+                            "step_ms": 1e3 * r.step_s, "compute_ms": 1e3 * base, "exposed_comm_ms": 1e3 * exposed,
+                            "comm_busy_ms": 1e3 * max(r.comm_busy_s),
+                            "samples_per_s": nodes * gpus * s.batch / r.step_s,
+                            "zen_speedup": r.step_s / zen,
+                            "zen_comm_speedup": exposed / (zen - base) if zen > base else float("nan"),
+                            "model_comm_ms": 1e3 * model_comm(workload, profile, name, nodes, gpus, rate, rows),
+                            "messages": r.messages, "timeline": roofline(s).source,
+                            "width": max(1, round(s.embedding_params / rows)), "rows": rows})
     return out

@@ -31,6 +31,7 @@ class Platform:
     net_hosts: tuple[str, ...]
     cpu_hosts: tuple[str, ...]
     all_gather: str = "bruck"
+    gpus_per_node: int = 1  # > 1: all-reduces run two-level (NCCL across machines), engine.rounds
     config: tuple[str, ...] = field(default=("network/model:CM02", "network/crosstraffic:0"))
 
     @property
@@ -90,5 +91,5 @@ def gpu_cluster(nodes: int, gpus_per_node: int, nic_bps: float, intra_bps: float
     lines.append("</zone>\n</platform>\n")
     hosts = tuple(f"gpu{r}" for r in range(nodes * gpus_per_node))
     return Platform(f"{nodes} x {gpus_per_node} GPUs, NIC {nic_bps / 1e9:g} Gbit/s", "\n".join(lines), hosts, hosts,
-                    all_gather="ring")
+                    all_gather="ring", gpus_per_node=gpus_per_node)
 

@@ -28,7 +28,8 @@ class Compute:
 class Comm:
     """One backend primitive. P2P kinds: `sends` / `recvs` map peer -> bytes, all posted at once, done when
     all are. Collectives: `nbytes` is this rank's tensor (all_reduce: the summed tensor; all_gather: one
-    rank's block), the engine picks the algorithm. `call` names the recorded call the messages belong to."""
+    rank's block), the engine picks the algorithm, among `group`. `call` names the recorded call the messages
+    belong to."""
 
     kind: str
     call: str
@@ -36,6 +37,7 @@ class Comm:
     recvs: dict[int, int] = field(default_factory=dict)
     nbytes: int = 0
     itemsize: int = 4
+    group: tuple[int, ...] | None = None  # a collective's ranks, in their order (None: every rank)
 
     def __post_init__(self) -> None:
         if self.kind not in P2P + COLLECTIVES:
