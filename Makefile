@@ -38,8 +38,8 @@ run: setup
 # The step simulator against the emulated cluster at two link rates (the default's 1 Gbit/s training cells plus
 # 2.5 Gbit/s launches): results/figures/sim_validation.{png,csv}; time nothing else meanwhile.
 validate: setup
-	$(SNAKEMAKE) --configfile workflow/config/default.yaml workflow/config/validation.yaml --cores $(CORES) \
-		--rerun-incomplete $(SNAKEFLAGS) results/figures/sim_validation.png
+	$(VENV)/bin/snakemake results/figures/sim_validation.png --configfile workflow/config/default.yaml \
+		workflow/config/validation.yaml --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)
 
 test: setup
 	$(PY) -m pytest -q

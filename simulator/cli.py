@@ -112,6 +112,7 @@ def _run(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
                   f"{r['scheme']:>11}  step {r['step_ms']:8.2f} ms  exposed comm {r['exposed_comm_ms']:8.2f} ms  "
-                  f"(model {r['model_comm_ms']:8.2f})  zen over it {r['zen_speedup']:.2f}x, comm {r['zen_comm_speedup']:.2f}x")
+                  f"(model {r['model_comm_ms']:8.2f})  zen over it {r['zen_speedup']:.2f}x, "
+                  f"comm {r['zen_comm_speedup']:.2f}x")
         return 0
     raise UsageError(f"unknown command {args.command}")
