@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from zen.comm.base import Communicator
+from zen.comm.base import Communicator, gather_v_meta
 from zen.grad import LocalGrad
 from zen.output import Output
-from zen.prediction import gather_v_meta
 from zen.registry import register_scheme
 from zen.types import PhaseBytes, SyncStats, WireLayout
 
@@ -31,4 +30,4 @@ class AllGatherSparse:
         if P == 1:
             return [{}]
         total = sum(int(s.numel()) for s in sets)
-        return [{"gather": (total - int(s.numel())) * layout.coo_row, "meta": gather_v_meta(P, 2)} for s in sets]
+        return [{"gather": (total - int(s.numel())) * layout.coo_row, "meta": gather_v_meta(P)} for s in sets]

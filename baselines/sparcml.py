@@ -24,16 +24,17 @@ back (phase "unfold").
   and `predict` makes the same choice from the sizes of the index sets.
 
 Bytes a rank receives, with |S| = k (s_i + D s_v) for a sparse stream of k rows and n D s_v for a
-dense one, X_v the stream of vrank v after the fold, n_v the length of range v (payload only; each
-message also brings its header and 8 bytes of counts per tensor under "meta", one tensor pair per
-stream: zen.prediction.message_meta):
+dense one, X_v the stream of vrank v after the fold, n_v the length of range v (payload; each
+message also brings its header under "meta", zen.prediction.message_meta, and a message of several
+streams 8 bytes per stream saying its size, counted with the payload):
 - fold (odd ranks below 2 (P - p')): |stream of the even neighbour|; unfold (even ranks): |result|,
-  the sum of the slice sizes for the split variants (M D s_v for DSAR).
+  the sum of the slice sizes for the split variants (M D s_v for DSAR), plus 8 p' bytes of sizes.
 - ssar_recursive_double, round r: |sum of X_u over the partner's block of 2^r vranks|; with identical
   supports of k rows log2(p') k (s_i + D s_v) in all, with disjoint ones (p' - 1) k (s_i + D s_v).
 - reduce_scatter: sum over u != v of |X_u cut to range v|.
-- allgather: ssar sum over j != v of |reduced slice j|; dsar (M - n_v) D s_v. With identical
-  supports (no switch): reduce_scatter + allgather = ((p' - 1) k_v + k - k_v) (s_i + D s_v).
+- allgather: ssar sum over j != v of |reduced slice j|; dsar (M - n_v) D s_v; both plus 8 (p' - 2)
+  bytes of sizes (rounds 2.. bring several slices). With identical supports (no switch): reduce_scatter +
+  allgather = ((p' - 1) k_v + k - k_v) (s_i + D s_v) + 8 (p' - 2).
 `predict` replays the variant on the index sets (`Replay`): the switch depends on row counts only.
 
 Faithful: the stream format and the dense switch (also applied when a stream is built or cut, so a
@@ -49,19 +50,19 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 
 import torch
 
 from baselines.sparse_ps import even_bounds
-from zen.comm.base import Communicator, Message
+from zen.comm.base import HEAD_BYTES, Communicator, Message, gather_meta
 from zen.fold import Fold
 from zen.grad import LocalGrad
 from zen.output import Output
-from zen.prediction import COUNT_BYTES, HEAD_BYTES, gather_meta
 from zen.registry import register_scheme
-from zen.rows import add_rows, put_rows
+from zen.rows import add_rows, concat, put_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 VARIANTS = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather")
@@ -145,24 +146,37 @@ class StreamOps:
         return Stream(s.lo, s.n, None, dense)
 
     def encode(self, streams: list[Stream]) -> Message:
-        parts: list[torch.Tensor] = []
-        for s in streams:
-            if s.index is None:
-                parts += [torch.empty(0, dtype=self.index_dtype, device=s.values.device), s.values]
-            else:
-                parts += [s.index.to(self.index_dtype), s.values]
-        return tuple(parts)
+        """One stream: (row ids, values), a dense stream with no ids. Several: (all ids, all values, ids per
+        stream with -1 for a dense one), three tensors whatever their number (a header holds few counts)."""
+        ids = [torch.empty(0, dtype=self.index_dtype, device=s.values.device) if s.index is None
+               else s.index.to(self.index_dtype) for s in streams]
+        if len(streams) == 1:
+            return ids[0], streams[0].values
+        desc = torch.tensor([-1 if s.index is None else int(s.index.numel()) for s in streams], dtype=torch.int64,
+                            device=self.values_like.device)
+        return concat(ids), concat([s.values for s in streams]), desc
 
     def template(self, count: int) -> Message:
         empty = torch.empty(0, dtype=self.index_dtype, device=self.values_like.device)
-        return (empty, self.values_like) * count
+        if count == 1:
+            return empty, self.values_like
+        return empty, self.values_like, torch.empty(0, dtype=torch.int64, device=self.values_like.device)
 
-    def decode(self, message: Message, ranges: list[tuple[int, int]]) -> list[Stream]:
-        streams = []
-        for j, (lo, n) in enumerate(ranges):
-            index, values = message[2 * j], message[2 * j + 1]
+    def decode(self, message: Message, ranges: list[tuple[int, int]], read: Callable[[torch.Tensor], list[int]]
+               ) -> list[Stream]:
+        """`encode`'s streams back, over `ranges`; `read` brings the stream sizes of a multi-stream message to
+        the host (the communicator's counted host read)."""
+        if len(ranges) == 1:
+            index, values = message
             dense = index.numel() == 0 and values.shape[0] > 0
-            streams.append(Stream(lo, n, None if dense else index.long(), values))
+            return [Stream(*ranges[0], None if dense else index.long(), values)]
+        index, values, desc = message
+        streams, at_id, at_row = [], 0, 0
+        for (lo, n), k in zip(ranges, read(desc), strict=True):
+            rows = n if k < 0 else k
+            ids = None if k < 0 else index[at_id : at_id + k].long()
+            streams.append(Stream(lo, n, ids, values[at_row : at_row + rows]))
+            at_id, at_row = at_id + max(k, 0), at_row + rows
         return streams
 
     def write(self, out: torch.Tensor, s: Stream) -> None:
@@ -209,13 +223,15 @@ class Replay:
         dense = a.dense or b.dense or dense_switch(self.layout, int(a.rows.numel() + b.rows.numel()), a.n)
         return Support(a.lo, a.n, torch.unique(torch.cat([a.rows, b.rows])), dense)
 
-    def receive(self, rank: int, phase: str, streams: list[Support], messages: int = 1) -> None:
-        """`streams` arriving in `messages` messages: each message brings its header, each stream (two
-        tensors) two row counts."""
+    def receive(self, rank: int, phase: str, streams: list[Support]) -> None:
+        """`streams` arriving in one message: its header, and with several streams their sizes (8 bytes each,
+        `StreamOps.encode`)."""
         L = self.layout
         self.got[rank][phase] += sum(s.n * L.width * L.value_bytes if s.dense else int(s.rows.numel()) * L.coo_row
                                      for s in streams)
-        self.got[rank]["meta"] += messages * HEAD_BYTES + 2 * len(streams) * COUNT_BYTES
+        if len(streams) > 1:
+            self.got[rank][phase] += 8 * len(streams)
+        self.got[rank]["meta"] += HEAD_BYTES
 
     def run(self, sets: list[torch.Tensor], variant: str) -> list[PhaseBytes]:
         """Fold, the variant on the p' vranks' streams X_v, unfold (as `SparCML.__call__`)."""
@@ -245,11 +261,14 @@ class Replay:
         slices = []
         for v, (lo, n) in enumerate(split_ranges(self.layout.rows, len(X))):
             pieces = [self.cut(x, lo, n) for x in X]
-            self.receive(ranks[v], "reduce_scatter", pieces[:v] + pieces[v + 1 :], messages=len(X) - 1)
+            for piece in pieces[:v] + pieces[v + 1 :]:
+                self.receive(ranks[v], "reduce_scatter", [piece])
             mine = reduce(self.merge, pieces)
             slices.append(Support(lo, n, mine.rows, True) if dense else mine)
         for v, r in enumerate(ranks):
-            self.receive(r, "allgather", slices[:v] + slices[v + 1 :], messages=len(X).bit_length() - 1)
+            for level in range(len(X).bit_length() - 1):
+                theirs = ((v >> level) << level) ^ (1 << level)
+                self.receive(r, "allgather", slices[theirs : theirs + (1 << level)])
         return slices
 
 
@@ -271,27 +290,31 @@ class SparCML:
         ops = StreamOps(layout, grad.index_dtype(), values[:0])
         variant = self.variant
         if variant == "auto":
-            mine = torch.tensor([stats.nnz], dtype=torch.int64, device=comm.device)
-            counts = comm.all_gather_fixed(mine, phase="meta").view(-1).tolist()
+            counts = [row[0] for row in comm.all_gather_fixed([stats.nnz], phase="meta")]
             variant = choose_variant(counts, layout, self.small_bytes)
         stats.choice = variant
         fold, r = Fold(comm.world_size), comm.rank
         split = variant != "ssar_recursive_double"
         ranges = split_ranges(M, fold.p2) if split else [(0, M)]
         stream = ops.make(0, M, index, values)
-        if fold.sits_out(r):  # hand the stream over, get the result back
-            comm.sendrecv(fold.partner(r), ops.encode([stream]), None, phase="fold")
-            result = ops.decode(comm.sendrecv(fold.partner(r), None, ops.template(len(ranges)), "unfold"), ranges)
+        sits_out = fold.sits_out(r)
+        partner = fold.partner(r) if fold.folded(r) else None
+        rounds = Rounds(comm, ops)
+        if fold.extra:  # the even rank of each folded pair hands its stream to the odd one
+            got = rounds.run(partner if sits_out else None, [stream], None if sits_out else partner, [(0, M)], "fold")
+            if got is not None:
+                stream = ops.merge(stream, got[0])
+        if sits_out:  # every rank joins every round, a sitter with nothing to say
+            rounds.idle((fold.p2 - 1 + fold.levels) if split else fold.levels)
+            result = [stream]
+        elif split:
+            result = self._split_allgather(ops, rounds, stream, ranges, fold, fold.vrank(r), variant)
         else:
-            if fold.folded(r):
-                got = comm.sendrecv(fold.partner(r), None, ops.template(1), phase="fold")
-                stream = ops.merge(stream, ops.decode(got, [(0, M)])[0])
-            if split:
-                result = self._split_allgather(ops, comm, stream, ranges, fold, fold.vrank(r), variant)
-            else:
-                result = [self._recursive_double(ops, comm, stream, fold, fold.vrank(r))]
-            if fold.folded(r):
-                comm.sendrecv(fold.partner(r), ops.encode(result), None, phase="unfold")
+            result = [self._recursive_double(ops, rounds, stream, fold, fold.vrank(r))]
+        if fold.extra:
+            got = rounds.run(None if sits_out else partner, result, partner if sits_out else None, ranges, "unfold")
+            if got is not None:
+                result = got
         out.zero()
         for s in result:
             ops.write(out.buffer, s)
@@ -311,25 +334,26 @@ class SparCML:
                 phases["meta"] += gather_meta(P)
         return got
 
-    def _recursive_double(self, ops: StreamOps, comm: Communicator, stream: Stream, fold: Fold,
-                          vrank: int) -> Stream:
+    def _recursive_double(self, ops: StreamOps, rounds: Rounds, stream: Stream, fold: Fold, vrank: int) -> Stream:
         """SSAR_Recursive_double: round r sums the streams of two blocks of 2^r vranks."""
         for level in range(fold.levels):
-            got = comm.sendrecv(fold.peer(vrank, level), ops.encode([stream]), ops.template(1), phase="reduce")
-            stream = ops.merge(stream, ops.decode(got, [(stream.lo, stream.n)])[0])
+            peer = fold.peer(vrank, level)
+            got = rounds.run(peer, [stream], peer, [(stream.lo, stream.n)], "reduce")
+            assert got is not None
+            stream = ops.merge(stream, got[0])
         return stream
 
-    def _split_allgather(self, ops: StreamOps, comm: Communicator, stream: Stream,
-                         ranges: list[tuple[int, int]], fold: Fold, vrank: int, variant: str) -> list[Stream]:
+    def _split_allgather(self, ops: StreamOps, rounds: Rounds, stream: Stream, ranges: list[tuple[int, int]],
+                         fold: Fold, vrank: int, variant: str) -> list[Stream]:
         """Split reduce-scatter to the owner of each range, then a recursive-doubling allgather."""
         p2 = fold.p2
         pieces = [ops.cut(stream, lo, n) for lo, n in ranges]
         received = {vrank: pieces[vrank]}
         for step in range(1, p2):
             peer = vrank ^ step
-            got = comm.sendrecv(fold.real(peer), ops.encode([pieces[peer]]), ops.template(1),
-                                phase="reduce_scatter")
-            received[peer] = ops.decode(got, [ranges[vrank]])[0]
+            got = rounds.run(fold.real(peer), [pieces[peer]], fold.real(peer), [ranges[vrank]], "reduce_scatter")
+            assert got is not None
+            received[peer] = got[0]
         mine = received[0]
         for u in range(1, p2):
             mine = ops.merge(mine, received[u])
@@ -341,7 +365,28 @@ class SparCML:
             size = 1 << level
             own = (vrank >> level) << level
             theirs = own ^ size
-            got = comm.sendrecv(fold.peer(vrank, level), ops.encode(slices[own : own + size]),
-                                ops.template(size), phase="allgather")
-            slices[theirs : theirs + size] = ops.decode(got, ranges[theirs : theirs + size])
+            peer = fold.peer(vrank, level)
+            got = rounds.run(peer, slices[own : own + size], peer, ranges[theirs : theirs + size], "allgather")
+            assert got is not None
+            slices[theirs : theirs + size] = got
         return slices
+
+
+@dataclass
+class Rounds:
+    """SparCML's exchanges as rounds every rank of the group joins (`Communicator.exchange`)."""
+
+    comm: Communicator
+    ops: StreamOps
+
+    def run(self, to: int | None, streams: list[Stream], source: int | None, ranges: list[tuple[int, int]],
+            phase: str) -> list[Stream] | None:
+        """Send `streams` to `to` and/or receive streams over `ranges` from `source`."""
+        like = self.ops.template(len(ranges))
+        got = self.comm.exchange({to: self.ops.encode(streams)} if to is not None else {},
+                                 {source: like} if source is not None else {}, phase)
+        return self.ops.decode(got[source], ranges, self.comm.host) if source is not None else None
+
+    def idle(self, count: int) -> None:
+        for _ in range(count):
+            self.comm.exchange({}, {}, "idle")

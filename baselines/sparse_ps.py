@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from zen.comm.base import Communicator
+from zen.comm.base import Communicator, count_meta, gather_v_meta
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.output import Output
-from zen.prediction import count_meta, gather_v_meta
 from zen.registry import register_scheme
 from zen.rows import add_messages, put_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout
@@ -46,7 +45,7 @@ def owner_traffic(push: list[list[int]], pull: list[int]) -> list[PhaseBytes]:
     all-gathers pull[j] bytes (all_gather_v); both messages are two tensors, each preceded by its count."""
     P = len(pull)
     return [{"push": sum(push[i][r] for i in range(P) if i != r), "pull": sum(pull) - pull[r],
-             "meta": count_meta(P, 2) + gather_v_meta(P, 2)} for r in range(P)]
+             "meta": count_meta(P) + gather_v_meta(P)} for r in range(P)]
 
 
 @register_scheme("sparse_ps")

@@ -1,11 +1,14 @@
 #!/usr/bin/env python
-"""One-shot check of the native CUDA kernels on a CUDA machine (well under 5 minutes).
+"""One-shot check of Zen on one CUDA GPU (a few minutes).
 
 Builds the CUDA extension, compares every kernel with the torch-op reference computed on the CPU
 (ZEN_NATIVE=0) on fresh random and adversarial inputs (index 0, last index, empty, full density,
 duplicates, -0.0 / NaN, full serial regions), runs whole zen-bp and zen-hc syncs (also in place) on
-CUDA tensors against CPU ones and the DDP hook on CUDA tensors (2 gloo ranks sharing the GPU), then
-times the kernels at the paper's DeepFM size (214M elements, 5.2% density) and prints a short table last.
+CUDA tensors against CPU ones, every compressor on CUDA tensors, and the DDP hook on CUDA tensors (2 gloo
+ranks sharing the GPU: loss and parameters against DDP's own allreduce, host synchronizations per step by
+thread under torch.cuda.set_sync_debug_mode, and a torch.profiler timeline of how much of the hook's lane
+stream runs while backward does), then times the kernels at the paper's DeepFM size (214M elements, 5.2%
+density) and prints a table last. One GPU cannot run multi-rank NCCL: scripts/nccl_check.py does, on >= 2.
 Exit status: 0 all checks passed, 1 a check failed, 2 no CUDA.
 
     python scripts/gpu_check.py [--numel N] [--density D] [--json FILE]
@@ -155,30 +158,75 @@ def check_simulate(dev: torch.device, g: torch.Generator) -> None:
             assert fast.bytes_received == ref.bytes_received == in_place.bytes_received, f"{scheme} bytes differ"
 
 
-def check_ddp_hook(dev: torch.device, g: torch.Generator) -> None:
-    """The DDP hook on CUDA tensors: 2 gloo ranks sharing the GPU train scripts/ddp_user_script.py's model with
-    dense and COO embeddings; the hook's loss curve and parameters match DDP's built-in allreduce."""
+def _ranks(target: str, kwargs: dict, ranks: int = 2) -> list:
+    """`target` of scripts/gpu_cases.py on `ranks` gloo ranks sharing this GPU."""
     from zen.launch import spawn
 
     scripts = str(Path(__file__).resolve().parent)
+    return spawn(f"gpu_cases:{target}", ranks, kwargs, timeout_s=600, env=lambda r: {"PYTHONPATH": scripts})
+
+
+def check_ddp_hook(dev: torch.device, g: torch.Generator) -> str:
+    """The DDP hook on CUDA tensors: 2 gloo ranks sharing the GPU train the Recommender with dense and COO
+    embeddings; the hook's loss curve and parameters match DDP's built-in allreduce."""
+    worst = 0.0
     for sparse in (False, True):
-        runs = {hook: spawn("ddp_user_script:train", 2, {"hook": hook, "sparse": sparse, "steps": 8, "warmup": 2,
-                                                         "rows": 20_000, "device": "cuda"},
-                            timeout_s=300, env=lambda r: {"PYTHONPATH": scripts})
-                for hook in ("ddp", "zen")}
-        ref, ours = runs["ddp"], runs["zen"]
-        assert ours[0]["checksum"] == ours[1]["checksum"], "parameters differ across ranks"
-        diff = max(abs(a - b) for a, b in zip(ref[0]["losses"], ours[0]["losses"], strict=True))
-        assert diff <= 1e-4 * max(1.0, abs(ref[0]["losses"][0])), f"loss curve differs by {diff} (sparse={sparse})"
+        ranks = _ranks("hook_vs_ddp", {"sparse": sparse})
+        ref, ours = ranks[0]["ddp"], ranks[0]["zen"]
+        assert ours["checksum"] == ranks[1]["zen"]["checksum"], "parameters differ across ranks"
+        diff = max(abs(a - b) for a, b in zip(ref["losses"], ours["losses"], strict=True))
+        assert diff <= 1e-4 * max(1.0, abs(ref["losses"][0])), f"loss curve differs by {diff} (sparse={sparse})"
+        gap = abs(ref["checksum"] - ours["checksum"]) / max(1.0, abs(ref["checksum"]))
+        assert gap <= 1e-5, f"parameters differ from DDP's by {gap:.2e} (relative, sparse={sparse})"
+        worst = max(worst, diff, gap)
+    return f"largest loss / parameter difference {worst:.1e}"
 
 
-CHECKS: list[tuple[str, Callable[[torch.device, torch.Generator], None]]] = [
+def check_syncs(dev: torch.device, g: torch.Generator) -> str:
+    """Host synchronizations in one steady-state backward, by thread: none may sit on backward's thread (its
+    stream would wait for every kernel queued so far); the lanes' come from gloo's host staging and the
+    communicator's one read per exchange round."""
+    out = []
+    for sparse in (False, True):
+        got = _ranks("syncs_per_step", {"sparse": sparse})[0]
+        out.append(f"{'COO' if sparse else 'dense'}: autograd {got.get('autograd', 0)}, lanes {got.get('lane', 0)} "
+                   f"({got['buckets']} buckets, {got['rounds']} rounds, {got['counted_reads']} counted reads)")
+        assert got.get("autograd", 0) == 0, f"host syncs on backward's thread: {got}"
+    return "; ".join(out)
+
+
+def check_overlap(dev: torch.device, g: torch.Generator) -> str:
+    got = _ranks("overlap", {})[0]
+    assert got["lane_ms"] > 0, "no work on the hook's lane stream"
+    return (f"lane stream {got['lane_ms']:.2f} ms, of it {got['lane_during_backward_ms']:.2f} ms while backward's "
+            f"{got['backward_ms']:.2f} ms ran")
+
+
+def check_compressors(dev: torch.device, g: torch.Generator) -> str:
+    """Every compressor on CUDA tensors: draws on the device, and a scheme syncs exactly what they chose."""
+    from zen.compress import compressors
+
+    P, M = 3, 300_007
+    for name in compressors():
+        tensors = [torch.randn(M, generator=g).to(dev) for _ in range(P)]
+        res = zen.simulate("zen", [t.clone() for t in tensors], compress=name, density=0.02, validate=False)
+        sent = [t.clone() for t in tensors]  # what each compressor chose, from a twin with the same state
+        twin = zen.simulate("allreduce", sent, compress=name, density=0.02, validate=False)
+        for a, b in zip(res.outputs, twin.outputs, strict=True):
+            assert a.is_cuda and torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6), name
+    return ", ".join(compressors())
+
+
+CHECKS: list[tuple[str, Callable[[torch.device, torch.Generator], str | None]]] = [
     ("hash values + hierarchical hashing", check_hash),
     ("non-zero extraction", check_extract),
     ("S_j (server_rows)", check_server_rows),
     ("hash bitmap encode / decode / scatter", check_bitmap),
     ("zen-bp and zen-hc syncs (and in place), CUDA vs CPU reference", check_simulate),
+    ("every compressor on CUDA tensors", check_compressors),
     ("DDP hook on CUDA tensors, 2 gloo ranks on one GPU, vs DDP's allreduce", check_ddp_hook),
+    ("host synchronizations per step (set_sync_debug_mode)", check_syncs),
+    ("profiler: the hook's lane stream overlapping backward", check_overlap),
 ]
 
 
@@ -200,8 +248,8 @@ def main() -> int:
     for name, fn in CHECKS:
         t = time.perf_counter()
         try:
-            fn(dev, torch.Generator().manual_seed(len(results)))
-            results.append((name, "PASS", ""))
+            detail = fn(dev, torch.Generator().manual_seed(len(results)))
+            results.append((name, "PASS", detail or ""))
         except Exception as exc:
             traceback.print_exc()
             results.append((name, "FAIL", f"{type(exc).__name__}: {exc}"))

@@ -38,14 +38,14 @@ def compare(scheme: str, numel: int, density: float, pattern: str, ranks_per_nod
     (s) and its received bytes per phase in the last call."""
     import torch.distributed as dist
 
-    from zen import launch
     from zen.api import sync
+    from zen.comm import scheduling
     from zen.comm.dist import DistComm
     from zen.twolevel import dist_node_comms
 
     comm = DistComm()
     nodes = dist_node_comms(ranks_per_node, mode=intra)
-    launch.calm_gloo(dist.get_backend())
+    scheduling.calm_gloo(dist.get_backend())
     cfg = BenchConfig(world_size=comm.world_size, schemes=[scheme], numel=numel, density=density, pattern=pattern)
     grad = inputs(cfg, comm.rank)
     out = torch.empty_like(grad)

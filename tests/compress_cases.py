@@ -16,7 +16,7 @@ import zen
 
 def _spy(state: zen.ZenHookState, sent: list[torch.Tensor]) -> None:
     """Record the part's buffer right after the compressor overwrote it with what it sends."""
-    comp = state._compressor
+    comp = state.runtime.compressor
     assert comp is not None
     name = "_quantize" if comp.own_exchange else "compress"
     original = getattr(comp, name)

@@ -70,6 +70,6 @@ def dead_peer(scheme: str, timeout_s: float) -> str:
 
 def gloo_loop() -> str:
     """This rank's gloo event-loop policy, as zen.launch left it."""
-    from zen.launch import gloo_loop_policy
+    from zen.comm.scheduling import gloo_loop_policy
 
     return gloo_loop_policy()

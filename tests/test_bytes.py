@@ -34,8 +34,7 @@ def nonzero_sets(tensors: list[torch.Tensor]) -> list[set[int]]:
 
 
 FIXED = 16 * 8  # a fixed all-gather: call, code, length, values (zen.comm.base)
-HEAD = 4 * 8  # a message's header: call, code, layout, size on the wire
-COUNTS = 2 * 8  # the row counts of a two-tensor message
+HEAD = 8 * 8  # a message's header: call, code, layout, the row counts of up to 5 tensors
 
 
 def validation_meta(P: int) -> int:
@@ -61,7 +60,7 @@ def test_agsparse_bytes(P: int, pattern: str) -> None:
     res = zen.simulate("agsparse", ts)
     expect = [sum(len(sets[j]) for j in range(P) if j != r) * (IDX + VAL) for r in range(P)]
     assert res.phases["gather"] == expect
-    assert res.phases["meta"] == [validation_meta(P) + (P - 1) * (FIXED + COUNTS)] * P
+    assert res.phases["meta"] == [validation_meta(P) + (P - 1) * FIXED] * P
 
 
 @pytest.mark.parametrize("P", [2, 3, 4, 8])
@@ -83,7 +82,7 @@ def test_bp_bytes(P: int, pattern: str, pull: str) -> None:
     pulls = [sum(payload[j] for j in range(P) if j != r) for r in range(P)]
     assert res.phases["push"] == push
     assert res.phases["pull"] == pulls
-    assert res.phases["meta"] == [validation_meta(P) + (P - 1) * (HEAD + COUNTS + FIXED + COUNTS)] * P
+    assert res.phases["meta"] == [validation_meta(P) + (P - 1) * (HEAD + FIXED)] * P
 
 
 @pytest.mark.parametrize(("pull", "hand"), HAND_PAYLOAD.items())

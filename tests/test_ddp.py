@@ -7,10 +7,12 @@ import pytest
 import torch
 
 import zen
+from zen.comm.base import Pending
 from zen.ddp import StepRecord, ZenHookState
-from zen.ddp.hook import Lane
 from zen.ddp.worker import Fault, all_settled, settle
+from zen.device import Clock
 from zen.launch import spawn
+from zen.sync import SyncConfig, Synchronizer
 
 TOLERANCE = 1e-5
 SCHEMES = zen.schemes()
@@ -90,21 +92,25 @@ def test_hook_state_checks_its_settings() -> None:
     with pytest.raises(zen.ZenInputError, match="lanes"):
         ZenHookState(lanes=0)
     state = ZenHookState(timeout_s=5.0, sparse_params=torch.nn.Embedding(3, 2))
-    assert state.__getstate__()["_lanes"] == []
+    assert state.__getstate__()["_runtime"] is None  # no lanes, groups or threads in a pickle
 
 
 def test_every_part_gets_its_own_scheme_instance() -> None:
     """zen's measured gamma and its timed BP-or-HC trial are per-size state of one tensor: two tables of one
     shape on one lane must not share them (their trial compared one table's BP with the other's HC)."""
-    state = ZenHookState(lanes=1)
-    lane = Lane(comm=None, worker=None, make=state._make_scheme)  # type: ignore[arg-type]  # no group needed
-    items, users = lane.scheme("zen", (1,)), lane.scheme("zen", (2,))
-    assert items is not users and lane.scheme("zen", (1,)) is items
-    assert lane.scheme("allreduce", (1,)) is not items
+    syncer = Synchronizer(SyncConfig(), comm=None)  # type: ignore[arg-type]  # no group needed
+    items, users = syncer.scheme_for("", (1,)), syncer.scheme_for("", (2,))
+    assert items is not users and syncer.scheme_for("", (1,)) is items
+    assert syncer.scheme_for("allreduce", (1,)) is not items
 
 
 def test_step_record_busy_time_is_the_union_of_spans() -> None:
-    rec = StepRecord(spans=[(0.0, 1.0), (0.5, 2.0), (3.0, 4.0), (3.5, 3.6)])
+    def span(a: float, b: float) -> Clock:
+        clock = Clock(torch.device("cpu"))
+        clock._start, clock._end = a, b
+        return clock
+
+    rec = StepRecord(spans=[span(0.0, 1.0), span(0.5, 2.0), span(3.0, 4.0), span(3.5, 3.6)])
     assert rec.busy_s() == pytest.approx(3.0)
     assert StepRecord().busy_s() == 0.0
 
@@ -138,7 +144,7 @@ def test_a_bucket_fails_only_after_all_its_work_in_flight_has_ended() -> None:
     source, failing = _failing_later()
     other = fault.track(torch.futures.Future())  # e.g. another lane's job, still running
     done: torch.futures.Future = torch.futures.Future()
-    settle(done, "result", [fault.track(failing)], fault)
+    settle(done, "result", [fault.track(Pending(torch.zeros(1), future=failing))], fault)
     source.set_result(None)
     assert not done.done() and fault.failure is not None
     other.set_result(None)

@@ -31,6 +31,12 @@ def test_environment_yml_parses_and_pins_the_gpu_set() -> None:
     lock = pins(ROOT / "requirements.lock")
     for shared in ("snakemake", "wandb", "transformers", "pandas"):
         assert pinned[shared] == lock[shared], shared
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    cuda = next(d for d in conda if d.startswith("cuda-version="))
+    index = next(p for p in pip if "download.pytorch.org/whl/cu" in p)  # torch's CUDA build: cu130 is 13.0
+    wheel_cuda = index.rsplit("/cu", 1)[1]
+    assert cuda.split("=")[1] == f"{wheel_cuda[:-1]}.{wheel_cuda[-1]}", (cuda, index)
+    assert "cuda-nvcc" in conda  # a CUDA compiler that matches torch's CUDA
 
 
 def test_cpu_lock_pins_the_cpu_torch_and_matching_torchrec() -> None:

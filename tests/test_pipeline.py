@@ -40,8 +40,8 @@ def test_default_config_dry_run(tmp_path):
     jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml")
     for rule in ("build_kernels", "profile_sparsity", "simulate_scale", "convert_trace", "simulate_scale_trace",
                  "simulate_microbench", "measure_microbench",
-                 "simulate_pull_encoding", "bench_kernels", "train_workload", "train_compressed", "plot_figure",
-                 "write_report"):
+                 "simulate_pull_encoding", "bench_kernels", "train_workload", "train_compressed", "train_torchrec",
+                 "aggregate_torchrec", "plot_figure", "write_report"):
         assert jobs.get(rule, 0) >= 1, (rule, jobs)
     assert jobs["plot_figure"] == len(figures.FIGURES)
 
@@ -149,6 +149,30 @@ def test_compressed_training_aggregation_claims_and_figures(tmp_path):
         fig, data = figures.FIGURES[name]([frame])
         assert not data.empty
     assert claims.compressed_claims({})[0]["verdict"] == "n/a"
+
+
+def test_torchrec_training_aggregation_and_report(tmp_path):
+    """`zen train --torchrec` JSONs become rows with their plan and the tables' size; the report gives each
+    scheme's throughput over torchrec's own wrapping and its embedding bytes against the tables."""
+    speed = {"none": 5.0, "torchrec": 1.0, "torchrec-fp16": 1.01, "zen": 3.2}
+    report_json = {"config": {"workload": "dlrm", "preset": "small", "world_size": 4, "steps": 8, "warmup": 3,
+                              "backend": "gloo", "device": "cpu", "bandwidth": "1gbit", "torchrec": "dp",
+                              "workload_info": {"embedding_parameters": 1_000_000}},
+                   "runs": [{"scheme": s, "summary": {"samples_per_s": 1000.0 * v, "samples_per_s_p25": 990.0 * v,
+                                                      "samples_per_s_p75": 1010.0 * v, "iter_s_median": 1.0 / v,
+                                                      "iter_s_p25": 0.99 / v, "iter_s_p75": 1.01 / v,
+                                                      "comm_busy_s_median": None, "final_loss": 0.6,
+                                                      "bytes_received_per_step": 50_000.0 if s == "zen" else None,
+                                                      "embedding_bytes_received_per_step":
+                                                          40_000.0 if s == "zen" else None},
+                             "steps": {"loss": [0.7, 0.6], "iter_s": [1.0 / v] * 2}} for s, v in speed.items()]}
+    path = tmp_path / "n4.json"
+    path.write_text(json.dumps(report_json))
+    runs, _ = aggregate.train_frames([str(path)])
+    assert set(runs["torchrec"]) == {"dp"} and set(runs["embedding_parameters"]) == {1_000_000}
+    text = "\n".join(report.torchrec_section(runs))
+    assert "| dp | dlrm | 4 | 1gbit | zen | 312 | 3200 | 3.20x | 0.05 | 1.00% |" in text
+    assert "| dp | dlrm | 4 | 1gbit | torchrec | 1000 | 1000 | 1.00x | - | - |" in text
 
 
 def test_best_scheme_verdict_is_noisy_where_the_spreads_overlap():

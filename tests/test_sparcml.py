@@ -137,8 +137,9 @@ def test_bytes_closed_form(P: int) -> None:
     _, ds = measured(same, M, "dsar_split_allgather")
     for v in range(P):
         k_v = sum(v * M // P <= i < (v + 1) * M // P for i in same[0])
-        assert sa["reduce_scatter"][v] + sa["allgather"][v] == ((P - 1) * k_v + k - k_v) * row
-        assert ds["allgather"][v] == (M - M // P) * 4
+        sizes = 8 * (P - 2)  # stream sizes of the allgather's multi-stream messages (rounds 2..log2 P)
+        assert sa["reduce_scatter"][v] + sa["allgather"][v] == ((P - 1) * k_v + k - k_v) * row + sizes
+        assert ds["allgather"][v] == (M - M // P) * 4 + sizes
     _, rd = measured(supports("disjoint", P, M, gen), M, "ssar_recursive_double")
     assert rd["reduce"] == [(P - 1) * k * row] * P
 
@@ -160,9 +161,12 @@ def test_dense_stream_travels_as_zero_ids_and_all_rows() -> None:
     ops = StreamOps(WireLayout(1, 13, width=2), torch.int32, torch.empty(0, 2))
     dense = Stream(10, 3, None, torch.arange(6.0).view(3, 2))
     sparse = Stream(10, 3, torch.tensor([11]), torch.ones(1, 2))
-    message = ops.encode([dense, sparse])
-    assert [t.shape[0] for t in message] == [0, 3, 1, 1]
-    back = ops.decode(message, [(10, 3), (10, 3)])
+    alone = ops.encode([dense])
+    assert [t.shape[0] for t in alone] == [0, 3]
+    assert ops.decode(alone, [(10, 3)], list)[0].index is None
+    message = ops.encode([dense, sparse])  # several streams: all ids, all rows, then each stream's id count
+    assert [t.shape[0] for t in message] == [1, 4, 2] and message[2].tolist() == [-1, 1]
+    back = ops.decode(message, [(10, 3), (10, 3)], lambda t: t.tolist())
     assert back[0].index is None and torch.equal(back[0].values, dense.values)
     assert torch.equal(back[1].index, sparse.index)
     assert ops.merge(dense, sparse).values.tolist() == ops.merge(sparse, dense).values.tolist()

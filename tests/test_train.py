@@ -180,6 +180,9 @@ class FakeBucket:
     def buffer(self) -> torch.Tensor:
         return self._buffer
 
+    def index(self) -> int:
+        return 0
+
     def parameters(self) -> list[torch.Tensor]:
         return self._params
 

@@ -12,6 +12,11 @@ Beware `ddp` with nn.Embedding(sparse=True): DDP divides each COO gradient in pl
 (Reducer::mark_variable_ready_sparse) while gloo reduces it, and two such gradients may share their
 values tensor (embeddings whose outputs are summed): their averages come out wrong and racy (torch 2.13).
 
+`--torchrec dp|mixed` trains the workload's torchrec embedding collections sharded by DistributedModelParallel
+instead (workloads/torchrec_mode.py): every table data-parallel, or the largest table-wise and the rest
+data-parallel; Zen's schemes go through zen.integrations.torchrec, next to torchrec's own wrapping
+(`torchrec`, `torchrec-fp16`) and the no-op hook (`none`).
+
 Several schemes run in one launch (`--scheme none,allreduce,zen`), each with its own model, optimizer and
 data stream from the same seed, so loss curves compare step by step. Their steps are interleaved (step 1
 of every scheme, then step 2, ...; `--no-interleave` trains one after the other, which needs one model's
@@ -39,7 +44,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,9 +61,9 @@ from workloads.records import Step
 from workloads.torch_hooks import EXAMPLES, NO_COMM, is_torch_hook, register
 from workloads.train_config import TrainConfig
 from workloads.train_report import log_wandb, print_table, report_of
-from zen.ddp import ZenHookState, ddp_hook
-from zen.ddp.hook import DENSE
+from zen.ddp import StepRecord, ZenHookState, ddp_hook
 from zen.provenance import write_json
+from zen.sync.synchronizer import DENSE
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +74,16 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Trainee:
-    """One scheme's training on this rank: its own model, DDP wrapper, hook, optimizer, data and RNG."""
+    """One scheme's training on this rank: its own model (wrapped by DDP or torchrec's DMP, both with the plain
+    model as `.module`), hooks, optimizer, data and RNG; `last_step` reads the Zen hooks' record of the last step
+    (None: nothing counted)."""
 
     scheme: str
     work: Workload
-    ddp: DistributedDataParallel
+    wrapped: nn.Module
     optimizer: torch.optim.Optimizer
     batches: Iterator[Any]
-    state: ZenHookState | None
+    last_step: Callable[[], StepRecord] | None
     sparse: list[nn.Parameter]
     unused: list[str]
     rng: torch.Tensor
@@ -115,24 +122,46 @@ def setup(cfg: TrainConfig, scheme: str, device: torch.device) -> Trainee:
     torch.manual_seed(cfg.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
     work = build_workload(cfg.workload, cfg.preset, cfg.seed)
     model = work.model.to(device)
+    if cfg.torchrec:
+        return _setup_torchrec(cfg, scheme, device, work, model)
     sparse = _sparse_params(model, work)
     unused = _unused_parameters(model, work, cfg.seed, device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                   bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=cfg.bucket_view,
                                   find_unused_parameters=cfg.find_unused_parameters or bool(unused))
-    state = None
+    last_step = None
     if is_torch_hook(scheme):
         register(ddp, scheme)
     else:
-        squeeze = {"compress": cfg.compress, "density": cfg.density, "compress_options": compress_options(cfg)} \
-            if cfg.compress and scheme != DENSE else {}
-        state = ZenHookState(scheme=scheme, sparse_params=sparse, check_every=cfg.check_every,
-                             asynchronous=cfg.asynchronous, lanes=cfg.lanes, **squeeze)
+        state = ZenHookState(scheme=scheme, sparse_params=sparse, asynchronous=cfg.asynchronous, lanes=cfg.lanes,
+                             **hook_settings(cfg, scheme))
         ddp.register_comm_hook(state, ddp_hook)
+        last_step = lambda: state.last_step  # noqa: E731
     optimizer = torch.optim.SGD(model.parameters(), lr=work.lr)
     torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)  # per-rank dropout streams, same for every scheme
-    return Trainee(scheme, work, ddp, optimizer, work.batches(rank, world, cfg.seed), state, sparse, unused,
+    return Trainee(scheme, work, ddp, optimizer, work.batches(rank, world, cfg.seed), last_step, sparse, unused,
                    torch.get_rng_state())
+
+
+def _setup_torchrec(cfg: TrainConfig, scheme: str, device: torch.device, work: Workload, model: nn.Module) -> Trainee:
+    """The model's embedding collections sharded by torchrec's DMP under `cfg.torchrec`, with `scheme`."""
+    from workloads.torchrec_mode import shard, step_records, wrapper_for
+    from zen.integrations.torchrec import data_parallel_tables
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    wrapper = wrapper_for(scheme, hook_settings(cfg, scheme) if scheme in zen.schemes() else {})
+    dmp, optimizer = shard(model, cfg.torchrec, wrapper, device, work.lr)
+    torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
+    return Trainee(scheme, work, dmp, optimizer, work.batches(rank, world, cfg.seed), step_records(wrapper),
+                   data_parallel_tables(dmp), [], torch.get_rng_state())
+
+
+def hook_settings(cfg: TrainConfig, scheme: str) -> dict[str, Any]:
+    """The Zen hook's settings from the command line: its input check, and the compressor on every scheme but
+    dense allreduce."""
+    squeeze = {"compress": cfg.compress, "density": cfg.density, "compress_options": compress_options(cfg)} \
+        if cfg.compress and scheme != DENSE else {}
+    return {"check_every": cfg.check_every, **squeeze}
 
 
 def compress_options(cfg: TrainConfig) -> dict[str, Any]:
@@ -162,7 +191,7 @@ def step(t: Trainee, device: torch.device) -> Step:
     dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
     start = time.perf_counter()
     t.optimizer.zero_grad(set_to_none=True)
-    loss = t.work.loss(t.ddp, batch)
+    loss = t.work.loss(t.wrapped, batch)
     loss.backward()
     t.optimizer.step()
     _sync_device(device)
@@ -172,10 +201,10 @@ def step(t: Trainee, device: torch.device) -> Step:
 
 
 def _record(t: Trainee, loss: float, elapsed: float) -> Step:
-    if t.state is None:  # no-op hook: nothing sent; PyTorch's other hooks: not counted
+    if t.last_step is None:  # no-op hook: nothing sent; PyTorch's other hooks and torchrec's wrapping: not counted
         zero = 0 if t.scheme == NO_COMM else None
         return Step(loss, elapsed, zero, zero, zero, zero, zero, zero, None)
-    last = t.state.last_step
+    last = t.last_step()
     embedded = [s for s, sparse in last.parts if sparse]
     return Step(loss=loss, iter_s=elapsed, comm_busy_s=last.busy_s(),
                 bytes_sent=sum(s.traffic.bytes_sent for s in last.stats),
@@ -218,7 +247,7 @@ def _unused_parameters(model: nn.Module, work: Workload, seed: int, device: torc
 
 
 def _describe(t: Trainee) -> dict[str, Any]:
-    work, model = t.work, t.ddp.module
+    work, model = t.work, t.wrapped.module
     return {"name": work.name, "preset": work.preset, "local_batch_size": work.local_batch_size,
             "lr": work.lr, "sparse_params": list(work.sparse_params),
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -317,6 +346,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wandb-group", default=None, help="default <workload>-<preset>-P<world size>")
     parser.add_argument("--bandwidth", default=None,
                         help="emulated per-node link rate, e.g. 1gbit (needs root or user namespaces)")
+    parser.add_argument("--torchrec", choices=("dp", "mixed"), default=None,
+                        help="shard the workload's torchrec embedding collections with DistributedModelParallel: dp, "
+                             "every table data-parallel; mixed, the largest table-wise, the rest data-parallel "
+                             "(schemes: Zen's, torchrec, torchrec-fp16, none)")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE on every rank first (registers extra workloads/schemes)")
 
@@ -329,12 +362,7 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
         raise ValueError(f"unknown workload {args.workload!r}; choose one of: {', '.join(names)}")
     if args.preset not in PRESETS:
         raise ValueError(f"unknown preset {args.preset!r}; choose one of: {', '.join(PRESETS)}")
-    schemes = [s.strip() for s in args.scheme.split(",") if s.strip()]
-    known = [*zen.schemes(), *EXAMPLES]
-    bad = [s for s in schemes if s not in zen.schemes() and not is_torch_hook(s)]
-    if bad or not schemes:
-        raise ValueError(f"unknown scheme {', '.join(bad) or repr(args.scheme)}; "
-                         f"choose from: {', '.join(known)} (powersgd-R for any rank R >= 1)")
+    schemes = _schemes(args)
     options = _compress_options(args)
     world = _world_size(args, torchrun)
     warmup = min(3, args.steps // 2) if args.warmup is None else args.warmup
@@ -353,7 +381,8 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if torchrun and torch.cuda.is_available() else "gloo"
-    run_name = f"{args.workload}-{args.preset}-{'+'.join(schemes)}-P{world}"
+    mode = f"-torchrec_{args.torchrec}" if args.torchrec else ""
+    run_name = f"{args.workload}-{args.preset}{mode}-{'+'.join(schemes)}-P{world}"
     return TrainConfig(
         workload=args.workload, preset=args.preset, schemes=schemes, world_size=world, steps=args.steps,
         warmup=warmup, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, bucket_view=not args.no_bucket_view,
@@ -364,7 +393,28 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
         wandb_mode=args.wandb_mode or os.environ.get("WANDB_MODE") or "offline",
         wandb_project=args.wandb_project,
         wandb_group=args.wandb_group or f"{args.workload}-{args.preset}-P{world}", plugins=list(args.plugin),
-        bandwidth=args.bandwidth)
+        bandwidth=args.bandwidth, torchrec=args.torchrec)
+
+
+def _schemes(args: argparse.Namespace) -> list[str]:
+    """The --scheme names, each one this mode runs: PyTorch's hooks under DDP, torchrec's wrapping under DMP."""
+    schemes = [s.strip() for s in args.scheme.split(",") if s.strip()]
+    if args.torchrec:
+        from workloads.torchrec_mode import BASELINES, is_scheme
+
+        bad = [s for s in schemes if not is_scheme(s)]
+        if bad or not schemes:
+            raise ValueError(f"unknown scheme {', '.join(bad) or repr(args.scheme)} with --torchrec; choose from: "
+                             f"{', '.join([*zen.schemes(), *BASELINES])}")
+        if args.sync_hook or args.lanes != 2:
+            raise ValueError("--sync-hook and --lanes do not apply with --torchrec (its hooks share one group and "
+                             "synchronize inside the hook call)")
+        return schemes
+    bad = [s for s in schemes if s not in zen.schemes() and not is_torch_hook(s)]
+    if bad or not schemes:
+        raise ValueError(f"unknown scheme {', '.join(bad) or repr(args.scheme)}; "
+                         f"choose from: {', '.join([*zen.schemes(), *EXAMPLES])} (powersgd-R for any rank R >= 1)")
+    return schemes
 
 
 def _compress_options(args: argparse.Namespace) -> dict[str, Any]:

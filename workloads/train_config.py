@@ -33,3 +33,4 @@ class TrainConfig:
     wandb_group: str = ""
     plugins: list[str] = field(default_factory=list)
     bandwidth: str | None = None  # emulated per-node link rate (zen/netem.py); None = loopback
+    torchrec: str | None = None  # shard the embedding collections with torchrec's DMP: "dp" | "mixed"; None = DDP

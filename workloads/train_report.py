@@ -76,15 +76,16 @@ def print_table(report: dict[str, Any]) -> None:
     """Medians over the timed steps, with the 25th-75th percentile range of the step time."""
     cfg = report["config"]
     squeeze = f", {cfg['compress']} {cfg['density']:g} on the sparse schemes" if cfg.get("compress") else ""
-    print(f"{cfg['workload']} ({cfg['preset']}), {cfg['world_size']} x {cfg['backend']} "
+    mode = f", torchrec DMP ({cfg['torchrec']})" if cfg.get("torchrec") else ""
+    print(f"{cfg['workload']} ({cfg['preset']}{mode}), {cfg['world_size']} x {cfg['backend']} "
           f"({cfg.get('bandwidth') or 'loopback'}), {cfg['steps']} steps ({cfg['warmup']} warm-up){squeeze}")
-    print(f"{'scheme':>11} {'ms/step':>9} {'p25-p75':>15} {'samples/s':>10} {'comm busy':>10} {'exposed':>9} "
+    print(f"{'scheme':>13} {'ms/step':>9} {'p25-p75':>15} {'samples/s':>10} {'comm busy':>10} {'exposed':>9} "
           f"{'MB recv/step':>12} {'emb MB':>8} {'final loss':>11} {'residual':>9}")
     for run in report["runs"]:
         s = run["summary"]
         spread = f"{s['iter_s_p25'] * 1e3:.1f}-{s['iter_s_p75'] * 1e3:.1f}"
         residual = s.get("final_residual_norm")
-        print(f"{run['scheme']:>11} {s['iter_s_median'] * 1e3:9.2f} {spread:>15} {s['samples_per_s']:10.1f} "
+        print(f"{run['scheme']:>13} {s['iter_s_median'] * 1e3:9.2f} {spread:>15} {s['samples_per_s']:10.1f} "
               f"{_ms(s['comm_busy_s_median']):>10} {_ms(s.get('comm_exposed_s')):>9} "
               f"{_mb(s['bytes_received_per_step']):>12} {_mb(s['embedding_bytes_received_per_step']):>8} "
               f"{s['final_loss']:11.6f} {'-' if residual is None else f'{residual:.3g}':>9}")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from zen.comm.base import Communicator
+from zen.comm.base import Communicator, Packed, count_meta, gather_v_meta
+from zen.device import accelerated
 from zen.encodings import Message, get_encoding, nonzero_rows
 from zen.grad import LocalGrad
 from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
 from zen.output import Output
-from zen.prediction import count_meta, gather_v_meta
 from zen.registry import register_scheme
 from zen.rows import add_messages, add_rows, take_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout
@@ -27,10 +27,10 @@ def _compact_sum(received: list[Message], width: int) -> Message:
     sums = received[0][1].new_zeros((rows.numel(), width))
     add_messages(sums, list(zip(inverse.split([int(index.numel()) for index, _ in received]),
                                 [values for _, values in received], strict=True)))
-    mask = nonzero_rows(sums)
-    if not bool(mask.all()):  # sums that cancelled to exactly zero are not sent
-        rows, sums = rows[mask], sums[mask]
-    return rows, sums
+    mask = nonzero_rows(sums)  # sums that cancelled to exactly zero are not sent
+    if accelerated(sums.device):
+        return rows[mask], sums[mask]  # no host read to skip a filter that keeps everything
+    return (rows[mask], sums[mask]) if not bool(mask.all()) else (rows, sums)
 
 
 @register_scheme("zen-bp")
@@ -62,12 +62,12 @@ class BalancedParallelism:
         n = comm.world_size
         parts = hierarchical_hash(index, n, family, self.r1_factor, self.r2_ratio)
         stats.nnz = int(index.numel())
-        stats.push_counts = parts.counts
         stats.extra["serial_rows"] = float(parts.serial)
         wire_index = index.index_select(0, parts.order).to(grad.index_dtype())
-        wire_values = take_rows(values, parts.order)
-        messages = list(zip(wire_index.split(parts.counts), wire_values.split(parts.counts), strict=True))
-        return comm.all_to_all_v(messages, phase="push")
+        packed = Packed((wire_index, take_rows(values, parts.order)), parts.counts)
+        received = comm.all_to_all_v(packed, phase="push")
+        stats.push_counts = packed.rows
+        return received
 
     def aggregate(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats,
                   family: HashFamily, received: list[Message]
@@ -83,7 +83,7 @@ class BalancedParallelism:
         members, offsets = server_rows(grad.num_rows, comm.world_size, family, grad.device)
         mine = members[offsets[r] : offsets[r + 1]]
         candidates = sum(int(index.numel()) for index, _ in received)
-        if not out.rows_wanted and (grad.device.type != "cpu" or candidates * COMPACT_RATIO > mine.numel()):
+        if not out.rows_wanted and (accelerated(grad.device) or candidates * COMPACT_RATIO > mine.numel()):
             out.zero()
             add_messages(out.buffer, received)
             message, stats.server_count = self.encoding.encode(out.buffer, mine, grad.index_dtype())
@@ -98,12 +98,12 @@ class BalancedParallelism:
                   message: Message, own: Message | None) -> None:
         """Ship our encoded partition to everyone and hand every partition's rows to `out`: on CPU (and for
         a rows output) as the decoded (ascending) row sets, which a dense output streams in one pass; on
-        GPUs our rows (`own`, unless the buffer holds them) and the others' partitions scattered into it."""
+        accelerator our rows (`own`, unless the buffer holds them) and the others' partitions scattered into it."""
         n, r = comm.world_size, comm.rank
         members, offsets = server_rows(grad.num_rows, n, family, grad.device)
         decode, M = self.encoding.decode, grad.num_rows
         gathered = comm.all_gather_v(message, phase="pull")
-        if grad.device.type == "cpu" or out.rows_wanted:
+        if not accelerated(grad.device) or out.rows_wanted:
             sets = [(decode(payload, members[offsets[j] : offsets[j + 1]], M), values)
                     if j != r or own is None else own for j, (payload, values) in enumerate(gathered)]
             out.write(sets, disjoint=True)  # partitions are disjoint: each row is 0 + its sum, exactly the sum
@@ -129,4 +129,4 @@ class BalancedParallelism:
         payload = [self.encoding.payload_bytes(owned[j], union[j], layout) for j in range(P)]
         pushed_to = sent.sum(0).tolist()
         return [{"push": (pushed_to[r] - int(sent[r, r])) * layout.coo_row,
-                 "pull": sum(payload) - payload[r], "meta": count_meta(P, 2) + gather_v_meta(P, 2)} for r in range(P)]
+                 "pull": sum(payload) - payload[r], "meta": count_meta(P) + gather_v_meta(P)} for r in range(P)]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from zen import native
+from zen.device import accelerated
 from zen.types import ZenInputError
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -29,7 +30,8 @@ class LocalGrad:
     dense: torch.Tensor | None = None
     indices: torch.Tensor | None = None
     values: torch.Tensor | None = None
-    bad_index: bool = False
+    bad_index: bool | torch.Tensor = False  # a 0-d bool tensor on the accelerator path (read by the check)
+    codes: tuple[torch.Tensor, ...] | None = None  # a quantizer's codes (zen.compress.base.GatherCodes)
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.indices is None:
@@ -87,22 +89,26 @@ def _from_coo(tensor: torch.Tensor) -> LocalGrad:
         raise ZenInputError(f"sparse tensor of shape {tuple(tensor.shape)} has rows of zero elements: nothing to sum")
     idx = tensor._indices()
     vals = tensor._values().reshape(-1, width)
-    bad = False
-    if idx.numel():
-        bad = bool((idx.min() < 0).item()) or any(
-            int(idx[d].max()) >= s for d, s in enumerate(sparse_shape)
-        )
-    if bad:
-        grad = LocalGrad(num_rows, width, tensor.dtype, tensor.device)
-        grad.indices = torch.empty(0, dtype=torch.int64, device=tensor.device)
-        grad.values = vals[:0]
-        grad.bad_index = True
-        return grad
+    if accelerated(tensor.device):  # no host read: out-of-range entries are flagged (the check reads the flag)
+        limits = torch.tensor(sparse_shape, dtype=idx.dtype).to(idx.device).view(-1, 1)
+        valid = ((idx >= 0) & (idx < limits)).all(0)
+        bad: bool | torch.Tensor = ~valid.all()
+        idx = idx * valid  # and dropped from the sum: invalid rows read row 0 with a zero value
+        vals = vals * valid.view(-1, 1).to(vals.dtype)
+    else:
+        bad = bool(idx.numel()) and (bool((idx.min() < 0).item()) or any(
+            int(idx[d].max()) >= s for d, s in enumerate(sparse_shape)))
+        if bad:
+            grad = LocalGrad(num_rows, width, tensor.dtype, tensor.device)
+            grad.indices = torch.empty(0, dtype=torch.int64, device=tensor.device)
+            grad.values = vals[:0]
+            grad.bad_index = True
+            return grad
     strides = torch.tensor(_row_strides(sparse_shape), dtype=torch.int64, device=idx.device)
     rows = (idx * strides.view(-1, 1)).sum(0) if len(sparse_shape) > 1 else idx[0]
     rows, inverse = torch.unique(rows, sorted=True, return_inverse=True)
     summed = vals.new_zeros((rows.numel(), width)).index_add_(0, inverse, vals)
-    return LocalGrad(num_rows, width, tensor.dtype, tensor.device, indices=rows, values=summed)
+    return LocalGrad(num_rows, width, tensor.dtype, tensor.device, indices=rows, values=summed, bad_index=bad)
 
 
 def _row_strides(shape: tuple[int, ...]) -> list[int]:

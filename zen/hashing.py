@@ -17,6 +17,7 @@ from functools import lru_cache
 import torch
 
 from zen import native
+from zen.device import accelerated
 from zen.encodings import set_bits
 
 MASK32 = 0xFFFFFFFF
@@ -82,8 +83,8 @@ class Partitions:
     """Output of hierarchical hashing: input positions grouped by destination server."""
 
     order: torch.Tensor  # positions into the input index array, partition-major
-    counts: list[int]  # rows per partition
-    serial: int  # how many rows fell through all k probes into a serial region
+    counts: list[int] | torch.Tensor  # rows per partition (on the accelerator path still on the device)
+    serial: int  # how many rows fell through all k probes into a serial region (-1: not read)
 
 
 def region_sizes(nnz: int, n: int, r1_factor: float = 2.0, r2_ratio: float = 0.1) -> tuple[int, int]:
@@ -119,8 +120,8 @@ def hierarchical_hash(
     layout = torch.cat([table.view(n, r1), serial_tab], dim=1)
     claimed = layout.view(-1)
     order = claimed[claimed != 0] - 1
-    counts = torch.bincount(part, minlength=n).tolist()
-    return Partitions(order, counts, spilled)
+    counts = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, part, torch.ones_like(part))
+    return Partitions(order, counts if accelerated(dev) else counts.tolist(), spilled)
 
 
 def _serial_append(pending: torch.Tensor, part: torch.Tensor, n: int, r2: int) -> tuple[torch.Tensor, int]:
@@ -135,7 +136,7 @@ def _serial_append(pending: torch.Tensor, part: torch.Tensor, n: int, r2: int) -
     counts = torch.bincount(p_sorted, minlength=n)
     starts = torch.cumsum(counts, 0) - counts
     append_at = torch.arange(spilled, device=dev) - starts[p_sorted]
-    width = max(r2, int(counts.max()))
+    width = max(r2, spilled)  # an upper bound known without reading the counts
     tab = torch.zeros(n, width, dtype=torch.int64, device=dev)
     tab[p_sorted, append_at] = pos_sorted + 1
     return tab, spilled

@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 
 from zen import gaps
-from zen.comm.base import Communicator, Message
+from zen.comm.base import Communicator, Message, message_meta
+from zen.device import accelerated
 from zen.fold import Fold
 from zen.grad import LocalGrad
 from zen.output import Output
-from zen.prediction import message_meta
 from zen.registry import register_scheme
 from zen.rows import merge_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout
@@ -38,17 +38,23 @@ class HierarchicalCentralization:
             raise ValueError(f"ids must be one of {self.IDS}, got {ids!r}")
         self.ids = ids
 
-    def _sendrecv(self, comm: Communicator, peer: int, send: Message | None, like: Message | None, phase: str,
-                  rows: int) -> Message | None:
-        """comm.sendrecv of (ids, values) messages, the ids gap-coded on the wire with `ids="gaps"`."""
-        if self.ids == "coo":
-            return comm.sendrecv(peer, send, like, phase)
-        coded = (gaps.encode(send[0]), send[1]) if send is not None else None
-        wire_like = (like[0][:0].to(torch.uint8), like[1]) if like is not None else None
-        got = comm.sendrecv(peer, coded, wire_like, phase)
-        if got is None or like is None:
+    def _round(self, comm: Communicator, to: int | None, send: Message | None, source: int | None,
+               like: Message, phase: str, rows: int) -> Message | None:
+        """One round every rank joins (`Communicator.exchange`): send `send` to rank `to` and/or receive from
+        rank `source` ((ids, values) messages, the ids gap-coded on the wire with `ids="gaps"` on the host; an
+        accelerator sends COO ids, since a code stream's length is known only after a host read)."""
+        coded = self.ids == "gaps" and not accelerated(like[1].device)
+        wire_like = (like[0][:0].to(torch.uint8), like[1]) if coded else like
+        if to is not None and send is not None and coded:
+            send = (gaps.encode(send[0]), send[1])
+        got = comm.exchange({to: send} if to is not None and send is not None else {},
+                            {source: wire_like} if source is not None else {}, phase)
+        if source is None:
             return None
-        return gaps.decode(got[0], int(got[1].shape[0]), rows, like[0].dtype), got[1]
+        message = got[source]
+        if not coded:
+            return message
+        return gaps.decode(message[0], int(message[1].shape[0]), rows, like[0].dtype), message[1]
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         index, values = grad.rows()
@@ -59,23 +65,28 @@ class HierarchicalCentralization:
         if grad.dense is None:  # sparse inputs may hold -0.0; send +0.0 like every sum
             values = values + 0.0
         union = (index.to(idx_dtype), values)
-        if fold.sits_out(r):  # hand data to the odd neighbour, wait for the sum
-            self._sendrecv(comm, fold.partner(r), union, None, "fold", M)
-            out.write([self._sendrecv(comm, fold.partner(r), None, like, "unfold", M)])
-            return
-        folded = fold.folded(r)
-        if folded:
-            union = merge_rows(union, self._sendrecv(comm, fold.partner(r), None, like, "fold", M))
-        vrank = fold.vrank(r)
+        sits_out, folded = fold.sits_out(r), fold.folded(r)
+        partner = fold.partner(r) if folded else None
+        if fold.extra:  # the even rank of each folded pair hands its rows to the odd one
+            got = self._round(comm, partner if sits_out else None, union, None if sits_out else partner, like,
+                              "fold", M)
+            if got is not None:
+                union = merge_rows(union, got)
         result = [union]  # row sets whose sum is the result
-        for level in range(fold.levels):
-            got = self._sendrecv(comm, fold.peer(vrank, level), union, like, "reduce", M)
+        for level in range(fold.levels):  # sitters join every round with nothing to say
+            peer = None if sits_out else fold.peer(fold.vrank(r), level)
+            got = self._round(comm, peer, union, peer, like, "reduce", M)
+            if got is None:
+                continue
             result = [union, got]  # the last round is summed straight into `out`, never merged
             if level + 1 < fold.levels or folded:
                 union = merge_rows(union, got)
                 result = [union]
-        if folded:
-            self._sendrecv(comm, fold.partner(r), union, None, "unfold", M)
+        if fold.extra:
+            got = self._round(comm, None if sits_out else partner, union, partner if sits_out else None, like,
+                              "unfold", M)
+            if got is not None:
+                result = [got]
         out.write(result)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
@@ -92,7 +103,7 @@ class HierarchicalCentralization:
             count = int(sender.sum())
             ids = gaps.nbytes(sender.nonzero().view(-1)) if self.ids == "gaps" else count * layout.index_bytes
             got[r][phase] = got[r].get(phase, 0) + ids + count * layout.width * layout.value_bytes
-            got[r]["meta"] = got[r].get("meta", 0) + message_meta(2)  # header, row counts of (ids, values)
+            got[r]["meta"] = got[r].get("meta", 0) + message_meta()  # header, row counts of (ids, values)
 
         for sitter, holder in fold.pairs:
             receive(holder, "fold", cur[sitter])

@@ -36,63 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from zen.comm.scheduling import calm_gloo
 from zen.types import ZenCommError
 
-GLOO_LOOP_THREAD = "gloo_tcp_loop"  # the name gloo gives its TCP event-loop thread
 FOLDER_PREFIX = "zen-launch-"  # + the launcher's pid + "-": a temporary folder per launch
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
-
-
-def _gloo_loop_threads() -> list[int]:
-    tasks = Path("/proc/self/task")
-    if not hasattr(os, "sched_setscheduler") or not tasks.is_dir():
-        return []
-    found = []
-    for task in tasks.iterdir():
-        try:
-            if (task / "comm").read_text().strip() == GLOO_LOOP_THREAD:
-                found.append(int(task.name))
-        except OSError:  # the thread has ended
-            continue
-    return found
-
-
-def calm_gloo_event_loop() -> int:
-    """Put this process's gloo event-loop threads under SCHED_BATCH; returns how many now are.
-
-    Why: a thread posting a gloo send or receive holds its pair's lock, and gloo's loop only try-locks a pair
-    and calls epoll_wait again when that fails, so an EPOLLIN that arrives meanwhile makes it spin. With
-    more ranks than cores the holder is often preempted right then, by another rank's loop woken by the
-    bytes it just wrote: 4 ranks on 2 cores made 4.7 million epoll_wait calls in 5 s, a fifth of all CPU.
-    A SCHED_BATCH thread still runs at normal weight but does not preempt on wake-up. Linux only."""
-    calmed = 0
-    for tid in _gloo_loop_threads():
-        try:
-            os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
-            calmed += 1
-        except OSError:  # the thread ended, or the policy is not ours to change: keep the default
-            continue
-    return calmed
-
-
-def calm_gloo(backend: str) -> None:
-    """`calm_gloo_event_loop` on gloo unless ZEN_GLOO_BATCH=0. Every process group has event loops of its own,
-    started under the default policy, so a rank that makes groups later (two-level sync) calls it again."""
-    if backend == "gloo" and os.environ.get("ZEN_GLOO_BATCH", "1") != "0":
-        calm_gloo_event_loop()
-
-
-def gloo_loop_policy() -> str:
-    """"batch" or "default": the scheduling policy of this process's gloo event loop; "-" without one."""
-    threads = _gloo_loop_threads()
-    if not threads:
-        return "-"
-    try:
-        batch = all(os.sched_getscheduler(t) == os.SCHED_BATCH for t in threads)
-    except OSError:
-        return "-"
-    return "batch" if batch else "default"
 
 
 def free_port() -> int:
@@ -235,6 +184,18 @@ def _wait_all(procs: list[tuple[subprocess.Popen, Any]], timeout_s: float,
             log.close()
 
 
+def rank_device(backend: str) -> Any:
+    """This rank's GPU when its backend carries CUDA tensors (NCCL): cuda:LOCAL_RANK, made current, so that
+    every rank of a node gets its own device (NCCL refuses two ranks on one GPU); None otherwise."""
+    import torch
+
+    if "nccl" not in backend or not torch.cuda.is_available():
+        return None
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
 def worker_main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="one rank of zen.launch.spawn (internal)")
     parser.add_argument("--target", required=True)
@@ -251,7 +212,8 @@ def worker_main(argv: list[str] | None = None) -> None:
     kwargs = pickle.loads(Path(args.kwargs).read_bytes())
     module, func = args.target.split(":")
     fn = getattr(importlib.import_module(module), func)
-    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.pg_timeout))
+    device = rank_device(args.backend)
+    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.pg_timeout), device_id=device)
     calm_gloo(args.backend)
     try:
         result = fn(**kwargs)

@@ -12,18 +12,18 @@ call overlaps backward) would otherwise settle the choice for good. The fastest 
 rank's time includes waiting for the others to arrive (in a DDP hook, how far apart the ranks' backward
 passes are), which no path changes; the rank that arrived last waited least, so its time is the path's own,
 which is what a step's end waits for after the last rank is ready. The simulated group has no meaningful
-clock, so it always uses the bytes rule, as `predict` does.
+clock, so it always uses the bytes rule, as `predict` does. On a GPU the calls are timed with CUDA events on the
+lane's stream (zen.device.Clock), not the host's clock, which would see only the time to enqueue them.
 """
 
 from __future__ import annotations
-
-import time
 
 import torch
 
 from zen import costmodel
 from zen.bp import BalancedParallelism
 from zen.comm.base import Communicator
+from zen.device import Clock
 from zen.grad import LocalGrad
 from zen.hc import HierarchicalCentralization
 from zen.output import Output
@@ -70,12 +70,12 @@ class ZenAuto:
             stats.choice = "hc"
             self.hc(grad, comm, out, stats)
             return
-        start = time.perf_counter()
+        clock = Clock(grad.device).start()
         self.bp(grad, comm, out, stats)
         stats.choice = "bp"
         if choice is None:
             times = self.measured.setdefault(key, [])
-            times.append(time.perf_counter() - start)
+            times.append(clock.stop().seconds())
             if len(times) >= self.measure_iters:
                 by_bytes = self._decide(grad, comm, stats)
                 if self.select == "time" and comm.clocked and comm.world_size > 1:
@@ -88,15 +88,15 @@ class ZenAuto:
         each, at the rank where it is fastest: the one that waited least for the others), the bytes rule on a
         tie."""
         bp_s, by_bytes, hc_times = self.trials[key]
-        start = time.perf_counter()
+        clock = Clock(grad.device).start()
         self.hc(grad, comm, out, stats)
         stats.choice = "hc"
-        hc_times.append(time.perf_counter() - start)
+        hc_times.append(clock.stop().seconds())
         if len(hc_times) < self.measure_iters:
             return
         del self.trials[key]
-        mine = torch.tensor([bp_s, min(hc_times)], dtype=torch.float64, device=comm.device)
-        bp_best, hc_best = comm.all_gather_fixed(mine).cpu().min(dim=0).values.tolist()
+        table = comm.all_gather_fixed(torch.tensor([bp_s, min(hc_times)], dtype=torch.float64), dtype=torch.float64)
+        bp_best, hc_best = (min(column) for column in zip(*table, strict=True))
         stats.extra.update(bp_trial_s=bp_best, hc_trial_s=hc_best)
         if abs(bp_best - hc_best) <= TIE * max(bp_best, hc_best):
             self.choices[key] = by_bytes
@@ -104,12 +104,11 @@ class ZenAuto:
             self.choices[key] = "hc" if hc_best < bp_best else "bp"
 
     def _decide(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> str:
-        mine = torch.tensor([stats.nnz, stats.server_count or 0], dtype=torch.int64, device=comm.device)
-        table = comm.all_gather_fixed(mine).cpu()
+        table = comm.all_gather_fixed([stats.nnz, stats.server_count or 0])
         layout = WireLayout(comm.world_size, grad.num_rows, grad.row_width, grad.dtype.itemsize,
                             grad.index_dtype().itemsize)
-        mean_nnz = float(table[:, 0].double().mean())
-        union = int(table[:, 1].sum())
+        mean_nnz = sum(row[0] for row in table) / len(table)
+        union = sum(row[1] for row in table)
         stats.extra["gamma_n"] = union / mean_nnz if mean_nnz else 1.0
         return self.decide(layout, mean_nnz, union)
 

@@ -32,23 +32,23 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 
 from zen import native
-from zen.comm.base import Communicator, ring_chunk
+from zen.comm.base import Communicator, count_meta, gather_v_meta, ring_chunk
 from zen.comm.dist import DistComm, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
 from zen.grad import LocalGrad, to_local_grad
-from zen.output import DenseOutput, RowSet, RowsOutput, make_output, union_rows
+from zen.output import DenseOutput, Output, RowSet, RowsOutput, make_output, union_rows
 from zen.registry import Scheme
-from zen.types import SyncStats, ZenInputError
+from zen.sync.config import INTRA_MODES
+from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 INTRA = "intra:"  # phases on a node's local link
 INTER = "inter:"  # phases on the node's uplink
-INTRA_MODES = ("dense", "sparse")
 
 
 def nodes_of(world_size: int, ranks_per_node: int) -> int:
@@ -76,13 +76,6 @@ def shard_bounds(rows: int, shards: int) -> list[int]:
     return bounds
 
 
-def refuse_sparse(tensor: torch.Tensor, sparse_result: bool) -> None:
-    """Two-level sync reduce-scatters dense shards: a COO gradient or result has none."""
-    if tensor.layout != torch.strided or sparse_result:
-        raise ZenInputError("zen: two-level sync (ranks_per_node > 1) takes dense tensors and gives a dense "
-                            "result; sync a sparse COO gradient flat")
-
-
 @dataclass
 class NodeComms:
     """One rank's two sub-group communicators: `intra` over its node (its rank there: the local rank) and
@@ -106,9 +99,11 @@ class NodeComms:
         self.inter.begin_call(code, sizes_agreed)
 
 
-def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: str = "dense") -> NodeComms:
-    """Sub-groups of torch.distributed's default group. `new_group` must be called by every rank for every
-    group, so each rank creates all nodes' and all local ranks' groups in one order and keeps its two."""
+def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: str = "dense",
+                    device: torch.device | None = None) -> NodeComms:
+    """Sub-groups of torch.distributed's default group, for payloads on `device`. `new_group` must be called by
+    every rank for every group, so each rank creates all nodes' and all local ranks' groups in one order and
+    keeps its two."""
     rank = dist.get_rank()
     timeout = datetime.timedelta(seconds=timeout_seconds(timeout_s))
     mine = []
@@ -117,7 +112,7 @@ def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: s
         if rank in ranks:
             mine.append(group)
     intra, inter = mine
-    return NodeComms(DistComm(intra, timeout_s), DistComm(inter, timeout_s), mode)
+    return NodeComms(DistComm(intra, timeout_s, device=device), DistComm(inter, timeout_s, device=device), mode)
 
 
 def sim_node_comms(group: SimGroup, ranks_per_node: int, mode: str = "dense"
@@ -137,6 +132,32 @@ def sim_node_comms(group: SimGroup, ranks_per_node: int, mode: str = "dense"
 def interleaved_rows(rows: int, shards: int, j: int) -> int:
     """How many of `rows` rows shard j of `shards` interleaved ones holds (rows j, j + shards, ...)."""
     return max(rows - j + shards - 1, 0) // shards
+
+
+class TwoLevel:
+    """A scheme across nodes wrapped into two-level sync: what the synchronizer runs for embedding rows
+    when ranks_per_node > 1. Its node steps send dense shards (`intra="dense"`, the rank's rows are not
+    extracted first) or the rank's non-zero rows (`"sparse"`)."""
+
+    def __init__(self, inner: Scheme, nodes: NodeComms):
+        self.inner = inner
+        self.nodes = nodes
+        self.name = getattr(inner, "name", "scheme")
+        self.sparse_input = nodes.mode == "sparse"
+
+    @staticmethod
+    def refuse(tensor: torch.Tensor, sparse_result: bool) -> None:
+        """Two-level sync reduce-scatters dense shards: a COO gradient or result has none."""
+        if tensor.layout != torch.strided or sparse_result:
+            raise ZenInputError("zen: two-level sync (ranks_per_node > 1) takes dense tensors and gives a dense "
+                                "result; sync a sparse COO gradient flat")
+
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
+        assert isinstance(out, DenseOutput)
+        two_level(self.inner, grad, self.nodes, out, stats)
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        return predict_two_level(self.inner, sets, layout, self.nodes.ranks_per_node, self.nodes.mode)
 
 
 def two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutput, stats: SyncStats) -> None:
@@ -236,3 +257,61 @@ def _sync_shard(scheme: Scheme, shard: torch.Tensor, inter: Communicator, diviso
     out = make_output(shard, grad, shard, divisor)
     scheme(grad, inter, out, stats)
     return out.finish()
+
+
+# ---- bytes (zen.prediction) ---------------------------------------------------------------------
+def predict_two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayout, ranks_per_node: int,
+              intra: str = "dense") -> list[PhaseBytes]:
+    """Per rank, per phase, the bytes of zen.twolevel (input check aside). Inside the node, dense (contiguous
+    shards): the reduce-scatter brings k - 1 copies of the rank's shard, the all-gather the other shards,
+    (k-1)/k of the tensor each when k divides it; sparse (interleaved shards): the other ranks' non-zero rows
+    of the rank's shard, and every other shard's rows of the result (the union of all ranks' sets there), as
+    COO rows. Across nodes: `scheme.predict` on each shard, over the nodes' sets there, the union of their
+    ranks' sets (exact unless values cancel to zero)."""
+    k, P = ranks_per_node, layout.world_size
+    nodes = nodes_of(P, k)
+    got: list[PhaseBytes] = [{} for _ in range(P)]
+    union = int(torch.unique(torch.cat(sets)).numel()) if intra == "sparse" else 0
+    for j in range(k):
+        local, rows = _shard(sets, layout.rows, k, j, intra)
+        elsewhere = union - int(torch.unique(torch.cat(local)).numel()) if intra == "sparse" else 0
+        node_sets = [torch.unique(torch.cat(local[n * k : (n + 1) * k])) for n in range(nodes)]
+        shard = replace(layout, world_size=nodes, rows=rows, index_bytes=4 if rows < 2**31 else 8)
+        across = scheme.predict(node_sets, shard) if rows else [{} for _ in range(nodes)]
+        for n in range(nodes):
+            phases = got[n * k + j]
+            phases.update({INTER + p: v for p, v in across[n].items()})
+            phases.update(_intra_dense(layout, rows, k) if intra == "dense" else
+                          _intra_sparse(layout, local, elsewhere, n, j, k))
+    return got
+
+
+def _shard(sets: list[torch.Tensor], rows: int, k: int, j: int, intra: str) -> tuple[list[torch.Tensor], int]:
+    """Every rank's set within shard j (ids local to the shard) and the shard's rows: contiguous blocks for
+    dense node steps, interleaved rows (r % k == j, as r // k) for sparse ones."""
+    if intra == "dense":
+        bounds = shard_bounds(rows, k)
+        lo, hi = bounds[j], bounds[j + 1]
+        return [s[(s >= lo) & (s < hi)] - lo for s in sets], hi - lo
+    shard = []
+    for s in sets:
+        owner, ids = interleave(s, k)
+        shard.append(ids[owner == j])
+    return shard, interleaved_rows(rows, k, j)
+
+
+def _intra_dense(layout: WireLayout, rows: int, k: int) -> PhaseBytes:
+    row_bytes = layout.width * layout.value_bytes
+    return {INTRA + "reduce_scatter": (k - 1) * rows * row_bytes,
+            INTRA + "all_gather": (layout.rows - rows) * row_bytes,
+            INTRA + "meta": count_meta(k) + gather_v_meta(k)}
+
+
+def _intra_sparse(layout: WireLayout, local: list[torch.Tensor], elsewhere: int, n: int, j: int, k: int
+                  ) -> PhaseBytes:
+    """Local rank j of node n: its node peers' rows in shard j (`local`: every rank's set there), and the
+    result's rows in every other shard (`elsewhere`: the union of all ranks' sets outside shard j)."""
+    row = 4 + layout.width * layout.value_bytes  # int32 id within the shard, then the row
+    pushed = sum(int(local[n * k + i].numel()) for i in range(k) if i != j)
+    return {INTRA + "reduce_scatter": pushed * row, INTRA + "all_gather": elsewhere * row,
+            INTRA + "meta": count_meta(k) + gather_v_meta(k)}

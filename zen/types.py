@@ -21,11 +21,14 @@ class ZenCommError(ZenError):
 
 @dataclass
 class Traffic:
-    """Exact payload bytes one rank sent and received, and collectives it joined, per phase."""
+    """Exact payload bytes one rank sent and received, and collectives it joined, per phase; and how many
+    times the communicator read (possibly device) data on the host (`Communicator.host`)."""
 
     sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     received: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    host_reads: int = 0
+    rounds: int = 0  # exchange rounds that brought a header (each may cost at most one host read)
 
     def add(self, phase: str, sent: int, received: int) -> None:
         self.sent[phase] += int(sent)
@@ -52,9 +55,28 @@ class _Prefixed(Traffic):
     def __init__(self, target: Traffic, prefix: str):
         super().__init__(target.sent, target.received, target.calls)
         self.prefix = prefix
+        self.target = target
 
     def add(self, phase: str, sent: int, received: int) -> None:
         super().add(self.prefix + phase, sent, received)
+
+    @property  # type: ignore[override]
+    def host_reads(self) -> int:
+        return self.target.host_reads
+
+    @host_reads.setter
+    def host_reads(self, value: int) -> None:
+        if hasattr(self, "target"):
+            self.target.host_reads = value
+
+    @property  # type: ignore[override]
+    def rounds(self) -> int:
+        return self.target.rounds
+
+    @rounds.setter
+    def rounds(self, value: int) -> None:
+        if hasattr(self, "target"):
+            self.target.rounds = value
 
 
 @dataclass
@@ -72,6 +94,13 @@ class SyncStats:
     server_count: int | None = None
     choice: str | None = None
     extra: dict[str, float] = field(default_factory=dict)
+
+    def resolved(self) -> SyncStats:
+        """These stats with every value left on the device (a 0-d tensor, not read during the call) read now."""
+        for key, value in list(self.extra.items()):
+            if not isinstance(value, float | int):
+                self.extra[key] = float(value)
+        return self
 
 
 @dataclass(frozen=True)

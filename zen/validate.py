@@ -7,6 +7,7 @@ import zlib
 import torch
 
 from zen.comm.base import Communicator
+from zen.device import accelerated
 from zen.grad import LocalGrad
 from zen.types import ZenInputError
 
@@ -27,6 +28,16 @@ def all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum(dtype=wide))) or bool(torch.isfinite(t).all())
 
 
+def finite_flag(t: torch.Tensor) -> torch.Tensor:
+    """`all_finite` on the device, without a host read: the sum in float64 (no float32, float16 or bfloat16
+    tensor overflows it), the elementwise test for float64 tensors."""
+    if not t.numel():
+        return torch.ones((), dtype=torch.bool, device=t.device)
+    if t.dtype == torch.float64:
+        return torch.isfinite(t).all()
+    return torch.isfinite(t.sum(dtype=torch.float64))
+
+
 Part = tuple[LocalGrad, tuple[int, ...], str]  # (one tensor's rows, its shape, the scheme syncing it)
 
 
@@ -40,14 +51,25 @@ def _describe_all(name: str, parts: list[Part]) -> str:
     return "; ".join(_describe(name, part) for part in parts)
 
 
-def local_summary(parts: list[Part], check_finite: bool = True) -> list[int]:
+def local_summary(parts: list[Part], check_finite: bool = True) -> list[int] | torch.Tensor:
     """8 integers saying what this rank is about to sync: a code per descriptive field (over every part),
     then whether any part holds a NaN / Inf (only with `check_finite`) or an out-of-range sparse index, and
-    0 (the rank's local checks passed)."""
-    non_finite = check_finite and not all(
-        all_finite(grad.values if grad.indices is not None else grad.dense) for grad, _, _ in parts)
-    return [*(_code(_describe_all(name, parts)) for name in FIELDS[:5]), int(non_finite),
-            int(any(grad.bad_index for grad, _, _ in parts)), 0]
+    0 (the rank's local checks passed). On the accelerator path a tensor there, the verdicts computed
+    without a host read (the all-gather's one read brings them)."""
+    codes = [_code(_describe_all(name, parts)) for name in FIELDS[:5]]
+    device = parts[0][0].device if parts else torch.device("cpu")
+    if not accelerated(device):
+        non_finite = check_finite and not all(
+            all_finite(grad.values if grad.indices is not None else grad.dense) for grad, _, _ in parts)
+        return [*codes, int(non_finite), int(any(bool(grad.bad_index) for grad, _, _ in parts)), 0]
+    ok = torch.ones((), dtype=torch.bool, device=device)
+    bad = torch.zeros((), dtype=torch.bool, device=device)
+    for grad, _, _ in parts:
+        if check_finite:
+            ok = ok & finite_flag(grad.values if grad.indices is not None else grad.dense)
+        bad = bad | torch.as_tensor(grad.bad_index, device=device)
+    flags = torch.stack([~ok, bad, torch.zeros((), dtype=torch.bool, device=device)]).to(torch.int64)
+    return torch.cat([torch.tensor(codes, dtype=torch.int64).to(device), flags])
 
 
 def check_parts(parts: list[Part] | None, comm: Communicator, check_finite: bool = True) -> None:
@@ -55,7 +77,7 @@ def check_parts(parts: list[Part] | None, comm: Communicator, check_finite: bool
     summary per rank (phase 'meta') and raise ZenInputError on every rank on any issue. `parts=None`: this
     rank failed its local checks (it raises its own error; the others learn that it did)."""
     mine = local_summary(parts, check_finite) if parts is not None else [0] * (len(FIELDS) - 1) + [1]
-    table = comm.all_gather_fixed(torch.tensor(mine, dtype=torch.int64, device=comm.device)).cpu().tolist()
+    table = comm.all_gather_fixed(mine)
     failed = [r for r, row in enumerate(table) if row[7]]
     if failed:
         raise ZenInputError(f"zen: bad input on rank {comm.rank}: ranks {failed} refused their input or "

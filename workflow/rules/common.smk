@@ -47,6 +47,7 @@ wildcard_constraints:
     workload=r"[A-Za-z0-9_]+",
     scheme=r"[A-Za-z0-9_-]+",
     sweep="r1|k",
+    plan="dp|mixed",
 
 
 def emulated_bandwidth():
@@ -120,6 +121,20 @@ def kernel_outputs():
 def train_outputs(section="train"):
     """One JSON per (workload, world size) cell of config[section]'s grid, holding every scheme's run."""
     return [RESULTS + f"/{section}/{w}/n{n}.json" for w, sizes in config[section]["grid"].items() for n in sizes]
+
+
+def torchrec_outputs():
+    """One JSON per (plan, workload, world size) of config['train_torchrec'] (none without that section)."""
+    t = config.get("train_torchrec")
+    if not t:
+        return []
+    return [RESULTS + f"/train_torchrec/{plan}/{w}/n{n}.json" for plan in t["plans"] for w, sizes in t["grid"].items()
+            for n in sizes]
+
+
+def torchrec_aggregate():
+    """The aggregated torchrec runs for the report, if the config trains any."""
+    return [AGG + "/training_torchrec.csv"] if torchrec_outputs() else []
 
 
 def compress_flags():

@@ -57,6 +57,7 @@ rule write_report:
         steps=AGG + "/training_steps.csv",
         compressed=AGG + "/training_compressed.csv",
         compressed_steps=AGG + "/training_compressed_steps.csv",
+        torchrec=torchrec_aggregate(),
         build=BUILD_STAMP,
         wandb=RESULTS + "/wandb/bench_runs.json",
         scripts=[SCRIPTS + "/report.py", SCRIPTS + "/claims.py", SCRIPTS + "/common.py"],

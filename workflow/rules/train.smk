@@ -1,5 +1,6 @@
-"""End-to-end data-parallel training (`zen train`) per workload x scheme x world size: Fig 11, 15, 18; and with
-a compressor on the sparse schemes (DGC top-5%): the paper's LLM runs, Figs 13/14."""
+"""End-to-end data-parallel training (`zen train`) per workload x scheme x world size: Fig 11, 15, 18; with
+a compressor on the sparse schemes (DGC top-5%): the paper's LLM runs, Figs 13/14; and with the tables sharded by
+torchrec's DistributedModelParallel (`--torchrec`), as torchrec users train."""
 
 
 rule train_workload:
@@ -87,5 +88,50 @@ rule aggregate_compressed:
         LOGS + "/aggregate_compressed.log",
     benchmark:
         BENCHMARKS + "/aggregate_compressed.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py train --out {output.runs} --steps-out {output.steps} {input} > {log} 2>&1"
+
+
+rule train_torchrec:
+    """torchrec users: one launch per (plan, workload, world size) with the workload's tables sharded by torchrec's
+    DMP under `plan` (dp: every table data-parallel; mixed: the largest table-wise), Zen through its data-parallel
+    wrapper next to torchrec's own wrapping. Timed: alone."""
+    input:
+        BUILD_STAMP,
+    output:
+        RESULTS + "/train_torchrec/{plan}/{workload}/n{world_size}.json",
+    log:
+        LOGS + "/train_torchrec/{plan}/{workload}/n{world_size}.log",
+    benchmark:
+        BENCHMARKS + "/train_torchrec/{plan}/{workload}/n{world_size}.tsv"
+    threads: workflow.cores  # timed: alone on the machine
+    resources:
+        nodes=nodes_for,
+    params:
+        launch=train_launch,
+        schemes=lambda wildcards: csv_list(config["train_torchrec"]["schemes"]),
+        preset=lambda wildcards: config["train_torchrec"]["preset"],
+        steps=lambda wildcards: config["train_torchrec"]["steps"],
+        warmup=lambda wildcards: config["train_torchrec"]["warmup"],
+        interleave=lambda wildcards: "" if config["train_torchrec"].get("interleave", True) else "--no-interleave",
+        seed=config["seed"],
+        backend=config["backend"],
+        wandb=wandb_flags(),
+    shell:
+        "{params.launch} --workload {wildcards.workload} --torchrec {wildcards.plan} --preset {params.preset}"
+        " --scheme {params.schemes} --steps {params.steps} --warmup {params.warmup} {params.interleave}"
+        " --seed {params.seed} --backend {params.backend} {params.wandb} --out {output} > {log} 2>&1"
+
+
+rule aggregate_torchrec:
+    input:
+        torchrec_outputs(),
+    output:
+        runs=AGG + "/training_torchrec.csv",
+        steps=AGG + "/training_torchrec_steps.csv",
+    log:
+        LOGS + "/aggregate_torchrec.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_torchrec.tsv"
     shell:
         "{PY} {SCRIPTS}/aggregate.py train --out {output.runs} --steps-out {output.steps} {input} > {log} 2>&1"

@@ -103,7 +103,9 @@ def train_frames(paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
         cfg = report["config"]
         key = {"workload": cfg["workload"], "preset": cfg["preset"], "world_size": cfg["world_size"],
                "compress": cfg.get("compress"), "density": cfg.get("density") if cfg.get("compress") else None,
-               "compress_warmup": (cfg.get("compress_options") or {}).get("warmup_steps", 0)}
+               "compress_warmup": (cfg.get("compress_options") or {}).get("warmup_steps", 0),
+               "torchrec": cfg.get("torchrec"),
+               "embedding_parameters": (cfg.get("workload_info") or {}).get("embedding_parameters")}
         for run in report["runs"]:
             s = run["summary"]
             runs.append({**key, "scheme": run["scheme"], "backend": cfg.get("backend"), "device": cfg.get("device"),

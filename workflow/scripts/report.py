@@ -25,7 +25,8 @@ from common import label, write_text
 AGGREGATES = {"bench": "microbench.csv", "pull": "pull.csv", "sparsity": "sparsity.csv", "scale": "scale.csv",
               "cluster": "cluster.csv", "sim_validation": "sim_validation.csv", "sim_paper": "sim_paper.csv",
               "kernels": "kernels.csv", "training": "training.csv", "steps": "training_steps.csv",
-              "compressed": "training_compressed.csv", "compressed_steps": "training_compressed_steps.csv"}
+              "compressed": "training_compressed.csv", "compressed_steps": "training_compressed_steps.csv",
+              "torchrec": "training_torchrec.csv"}
 
 FIGURE_TEXT = {
     "table1_density": ("Table 1: embedding-gradient density",
@@ -345,6 +346,33 @@ def training_balance(train: pd.DataFrame) -> list[str]:
     return lines
 
 
+def torchrec_section(frame: pd.DataFrame) -> list[str]:
+    """torchrec users: per plan and cell, each scheme's step time, its throughput over torchrec's own wrapping,
+    and its bytes per step against the data-parallel tables' size."""
+    lines = ["## torchrec users: DistributedModelParallel's data-parallel tables", "",
+             "The workload's tables sharded by torchrec's DMP (`zen train --torchrec PLAN`): Zen's hook on the DDP "
+             "torchrec builds for its data-parallel tables (zen.integrations.torchrec) against torchrec's own "
+             "wrapping (`torchrec`: dense fp32 allreduce; `torchrec-fp16`: its allreduce_comm_precision, which "
+             "reaches only the dense model's DDP) and the no-op hook (`none`). Plans: dp, every table "
+             "data-parallel; mixed, the largest table-wise and the rest data-parallel. Schemes of a cell train in "
+             "one launch, steps interleaved; medians after warm-up.", "",
+             "| plan | workload | ranks | links | scheme | ms/step | samples/s | over torchrec | MB received/step | "
+             "embedding bytes / data-parallel tables |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (plan, workload, n), cell in frame.groupby(["torchrec", "workload", "world_size"], sort=True):
+        by = cell.set_index("scheme")
+        base = by["samples_per_s"].get("torchrec")
+        for scheme, row in by.iterrows():
+            ratio = "-" if base is None else f"{row['samples_per_s'] / base:.2f}x"
+            mb = row["bytes_received_per_step"]
+            tables = 4 * row["embedding_parameters"] if pd.notna(row.get("embedding_parameters")) else None
+            share = (f"{row['embedding_bytes_received_per_step'] / tables:.2%}"
+                     if tables and pd.notna(row["embedding_bytes_received_per_step"]) else "-")
+            lines.append(f"| {plan} | {workload} | {n} | {row['bandwidth']} | {scheme} | {row['iter_ms']:.0f} | "
+                         f"{row['samples_per_s']:.0f} | {ratio} | {'-' if pd.isna(mb) else f'{mb / 1e6:.2f}'} | "
+                         f"{share} |")
+    return lines
+
+
 def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: list[str], wandb: dict | None,
            out: Path, info: dict[str, Any], build: str, job_time: str) -> str:
     bench = frames.get("bench")
@@ -385,6 +413,9 @@ def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: lis
                   *claims_markdown(claims), ""]
     if train is not None and not train.empty:
         lines += ["## Training presets: how communication-bound they are", "", *training_balance(train), ""]
+    torchrec = frames.get("torchrec")
+    if torchrec is not None and not torchrec.empty:
+        lines += [*torchrec_section(torchrec), ""]
     lines += ["Not reproduced by this pipeline: Fig 12 (100 Gbps RDMA) needs that network; Fig 13/14 run a small GPT-2 "
               "(the `scaled` preset) with DGC top-5%, not the paper's 2-3B-parameter LLMs; Fig 17a's tensor-block line "
               "is OmniReduce's measured pull.", ""]

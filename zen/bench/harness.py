@@ -126,21 +126,21 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     """Body of one real rank (target of zen.launch.spawn)."""
     import torch.distributed as dist
 
-    from zen import launch
+    from zen.comm import scheduling
     from zen.comm.dist import DistComm
 
     comm = DistComm()
     nodes = None
     if cfg.two_level:
         nodes = dist_node_comms(cfg.ranks_per_node, mode=cfg.intra)
-        launch.calm_gloo(dist.get_backend())  # the sub-groups' event loops too, as the launcher did the world's
+        scheduling.calm_gloo(dist.get_backend())  # the sub-groups' event loops too, as the launcher did the world's
     rank = comm.rank
     grad = inputs(cfg, rank).to(comm.device)
     out = torch.empty_like(grad)
     source = out if cfg.in_place else grad
     reference = _reference(cfg) if rank == 0 else None
     alpha = _tiny_collective_latency(comm)
-    gloo_loop = launch.gloo_loop_policy()
+    gloo_loop = scheduling.gloo_loop_policy()
     records = {}
     for name in cfg.schemes:
         scheme = make_scheme(name, **cfg.options.get(name, {}))

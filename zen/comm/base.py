@@ -1,27 +1,29 @@
 """The one door to the network: every scheme talks through a Communicator, which counts bytes.
 
-Messages are tuples of tensors whose first dimension varies per rank; each message travels as one
-packed byte buffer, so a scheme phase costs one payload collective plus one small header exchange.
-Backends (zen.comm.sim, zen.comm.dist) only move bytes (`_all_reduce`, `_all_reduce_async`,
-`_all_gather`, `_all_to_all`, `_all_gather_bytes`, `_sendrecv`); the accounting lives here, in the
-counted collectives, so the simulated group and torch.distributed count identically.
+Messages are tuples of tensors whose first dimension varies per rank. Every size-carrying exchange is two
+rounds: a fixed-size header per peer first, then the payload, sized from the header (never from the
+receiver's guess). The header names the call (its number on this communicator and a code of the scheme and
+its options, `begin_call`), the message's layout (dtypes and row shapes) and each tensor's row count, so the
+receiver reads ONE small table per round on the host and nothing of the payload: on a GPU that is the
+round's only host synchronization, and it is counted (`Traffic.host_reads`; `host` is the only way this
+layer reads device data). Headers of one kind have one size, so ranks at different calls never post
+operations of the same kind with different sizes (gloo aborts the process on that); they see each other's
+header instead, and every rank raises: ZenCommError when the call numbers differ (a skipped or extra call),
+ZenInputError when codes or layouts differ (ranks configured differently).
 
-Every size-carrying exchange starts with a fixed-size header that names the call (its number on this
-communicator and a code of the scheme and its options, `begin_call`): a message's header (HEAD_BYTES per
-peer: call, code, layout, the message's size on the wire) or a fixed all-gather (FIXED_SLOTS int64: call,
-code, length, values). A message travels as its tensors' row counts, then their bytes; the receiver sizes
-its buffer from the header, never from its own guess. Headers of one kind have one size, so two ranks
-at different calls never post operations of the same kind with different sizes (gloo aborts the process
-on that); they see each other's header instead, and every rank raises: ZenCommError when the call
-numbers differ (a skipped or extra call), ZenInputError when codes or layouts differ (ranks configured
-differently).
+Every exchange is a round of the whole group: every rank calls it, also a rank with nothing to send (an
+empty `exchange`), in the same order on every rank. Backends (zen.comm.sim, zen.comm.dist) only move bytes
+(`_all_reduce`, `_all_reduce_async`, `_all_gather`, `_all_to_all`, `_all_gather_bytes`); the accounting
+lives here, so the simulated group and torch.distributed count identically.
 
 After a failure (a timeout, a dead peer, misaligned calls) the communicator is poisoned: that call and
 every later one raise ZenCommError naming the first failure. Recover by re-creating the process group.
 
 Byte conventions (what a rank sends to and receives from the others, never from itself), added to
 `traffic` under the caller's phase:
-- all_to_all_v / all_gather_v / sendrecv: exact payload bytes; headers and row counts under "meta".
+- exchange / all_to_all_v / all_gather_v: exact payload bytes; headers under "meta" (HEAD_BYTES per
+  message and peer; an all_gather_v's header is one fixed all-gather). A backend whose all-gather needs
+  equal sizes (NCCL) pads every rank's message to the largest: the padding is counted under "pad".
 - all_gather_fixed: (world_size - 1) * FIXED_SLOTS * 8 each way (phase "meta" unless given;
   shared_seed's under "setup").
 - all_reduce / all_reduce_async: the ring algorithm's payload, 2 * (numel - own chunk) * itemsize each
@@ -35,8 +37,9 @@ import math
 import random
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 
@@ -44,9 +47,11 @@ from zen.types import Traffic, ZenCommError, ZenInputError
 
 Message = tuple[torch.Tensor, ...]
 META = "meta"
+PAD = "pad"
 T = TypeVar("T")
-HEAD_BYTES = 32  # a message's header, per peer: call, code, layout, wire bytes (4 int64)
-COUNT_BYTES = 8  # one int64 row count per tensor, ahead of the tensors in a wire message
+MAX_TENSORS = 5  # tensors per message: their row counts ride in the header
+HEAD_SLOTS = 3 + MAX_TENSORS  # a message's header, per peer: call, code, layout, row counts (int64)
+HEAD_BYTES = 8 * HEAD_SLOTS
 FIXED_SLOTS = 16  # a fixed all-gather: call, code, length, up to 13 values
 FIXED_VALUES = FIXED_SLOTS - 3
 
@@ -56,7 +61,8 @@ def code_of(text: str) -> int:
     return zlib.crc32(text.encode())
 
 
-def _layout(template: Message) -> int:
+def layout_code(template: Message) -> int:
+    """What sender and receiver must agree on about a message: its tensors' dtypes and row shapes."""
     return code_of(";".join(f"{t.dtype}{tuple(t.shape[1:])}" for t in template))
 
 
@@ -66,43 +72,106 @@ def ring_chunk(numel: int, world_size: int, rank: int) -> int:
     return base + (1 if rank < rem else 0)
 
 
-def _wire(message: Message) -> torch.Tensor:
-    """A message as one byte buffer: each tensor's row count (int64), then the tensors' bytes."""
-    counts = torch.tensor([int(t.shape[0]) for t in message], dtype=torch.int64)
-    flat = [t.contiguous().view(-1).view(torch.uint8) for t in message]
-    device = flat[0].device if flat else counts.device
-    return torch.cat([counts.to(device).view(torch.uint8), *flat])
-
-
-def _unpack(buf: torch.Tensor, counts: Sequence[int], template: Message) -> Message:
-    """Rebuild a message from bytes, using the local message's dtypes and row shapes as template."""
-    out, offset = [], 0
-    for count, like in zip(counts, template, strict=True):
-        row_shape = tuple(like.shape[1:])
-        itemsize = like.element_size()
-        nbytes = int(count) * itemsize * math.prod(row_shape)
-        chunk = buf[offset : offset + nbytes].to(like.device)  # from the wire's device to the message's
-        if chunk.storage_offset() % itemsize:
-            chunk = chunk.clone()
-        out.append(chunk.view(like.dtype).view(int(count), *row_shape))
-        offset += nbytes
-    return tuple(out)
-
-
-def _row_bytes(template: Message) -> list[int]:
+def row_bytes(template: Message) -> list[int]:
     """Bytes of one row (first-dim slice) of each tensor of a message."""
     return [t.element_size() * math.prod(t.shape[1:]) for t in template]
 
 
-def _message_bytes(counts: Sequence[int], row_bytes: Sequence[int]) -> int:
-    return sum(int(c) * b for c, b in zip(counts, row_bytes, strict=True))
+def message_bytes(counts: Sequence[int], widths: Sequence[int]) -> int:
+    return sum(int(c) * b for c, b in zip(counts, widths, strict=True))
+
+
+def _offsets(counts: Sequence[int]) -> list[int]:
+    bounds = [0]
+    for c in counts:
+        bounds.append(bounds[-1] + int(c))
+    return bounds
+
+
+def _check_template(template: Message) -> None:
+    if not 1 <= len(template) <= MAX_TENSORS:
+        raise ValueError(f"a message holds 1 to {MAX_TENSORS} tensors, got {len(template)}")
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(-1).view(torch.uint8)
+
+
+def pack(messages: Sequence[Message], device: torch.device) -> torch.Tensor:
+    """Messages back to back as one byte buffer on `device` (one copy of each tensor)."""
+    flat = [_bytes_of(t).to(device) for m in messages for t in m if t.numel()]
+    if not flat:
+        return torch.empty(0, dtype=torch.uint8, device=device)
+    return flat[0] if len(flat) == 1 else torch.cat(flat)
+
+
+def unpack(buf: torch.Tensor, counts: Sequence[int], template: Message) -> Message:
+    """A message rebuilt from its bytes, shaped and typed like `template`, on the template's device (views of
+    `buf` where the alignment allows)."""
+    out, offset = [], 0
+    for count, like, width in zip(counts, template, row_bytes(template), strict=True):
+        nbytes = int(count) * width
+        chunk = buf[offset : offset + nbytes].to(like.device)
+        if chunk.storage_offset() % like.element_size():
+            chunk = chunk.clone()
+        out.append(chunk.view(like.dtype).view(int(count), *like.shape[1:]))
+        offset += nbytes
+    return tuple(out)
+
+
+@dataclass
+class Packed:
+    """A message to every rank, laid out back to back: tensor t holds rank 0's rows, then rank 1's, ...;
+    `counts` (rows per destination, on the host or still on the device) says how many. Saves a scheme from
+    reading its partition sizes before the header round does (BP's hashed partitions): after the round,
+    `rows` holds them on the host."""
+
+    tensors: Message
+    counts: torch.Tensor | Sequence[int]
+    rows: list[int] | None = None
+
+
+class Pending:
+    """An issued all-reduce. `future`: a Future that completes with the tensor once its data can be read
+    (gloo, the simulated group); `wait()`: make the result visible to the caller's stream (NCCL: a stream
+    dependency, no host wait). `carries_data` says which of the two a consumer may rely on."""
+
+    def __init__(self, tensor: torch.Tensor, future: torch.futures.Future | None = None,
+                 wait: Callable[[], None] | None = None):
+        self.tensor = tensor
+        self.future = future
+        self._wait = wait
+
+    @property
+    def carries_data(self) -> bool:
+        return self.future is not None
+
+    def wait(self) -> torch.Tensor:
+        if self._wait is not None:
+            self._wait()
+        elif self.future is not None:
+            self.future.wait()
+        return self.tensor
+
+    def then(self, fn: Callable[[torch.Tensor], object]) -> Pending:
+        """The same collective with `fn(tensor)` applied once its result is visible (a DDP mean's division)."""
+        if self.future is not None:
+            def step(fut: torch.futures.Future) -> torch.Tensor:
+                fn(fut.value())
+                return self.tensor
+
+            return Pending(self.tensor, future=self.future.then(step))
+        first = self.wait
+        return Pending(self.tensor, wait=lambda: fn(first()))
 
 
 class Communicator(ABC):
     """A rank's view of its group. Subclasses move bytes; this class counts them. `clocked`: whether wall
-    times of its exchanges mean anything (not for simulated ranks sharing one process)."""
+    times of its exchanges mean anything (not for simulated ranks sharing one process). `device`: where the
+    payload tensors live."""
 
     clocked = True
+    pads_all_gather = False  # True: an uneven all-gather travels padded to its largest message (NCCL)
 
     def __init__(self, rank: int, world_size: int, device: torch.device, seed: int | None = None):
         self.rank = rank
@@ -133,33 +202,42 @@ class Communicator(ABC):
     @abstractmethod
     def _all_reduce(self, tensor: torch.Tensor) -> None: ...
 
-    def _all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
+    def _all_reduce_async(self, tensor: torch.Tensor) -> Pending:
         """A sum that completes later; backends that cannot overlap complete it before returning."""
         self._all_reduce(tensor)
         done: torch.futures.Future = torch.futures.Future()
         done.set_result(tensor)
-        return done
+        return Pending(tensor, future=done)
 
     @abstractmethod
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Equal-size all-gather: returns a (world_size, *tensor.shape) tensor."""
 
     @abstractmethod
-    def _all_to_all(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]: ...
+    def _all_to_all(self, send: torch.Tensor, send_sizes: list[int], recv_sizes: list[int]) -> torch.Tensor:
+        """Bytes send[segment j] to rank j, in rank order; returns what came, segments in rank order. Every
+        rank calls it; a zero size means no message to or from that rank."""
 
     @abstractmethod
-    def _all_gather_bytes(self, buf: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]: ...
+    def _all_gather_bytes(self, buf: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+        """Every rank's byte buffer (`sizes[j]` bytes from rank j), in rank order."""
 
-    @abstractmethod
-    def _sendrecv(
-        self, peer: int, send: torch.Tensor | None, recv_size: int | None
-    ) -> torch.Tensor | None: ...
+    # ---- host reads ----------------------------------------------------------------------------
+    def host(self, tensor: torch.Tensor) -> list[Any]:
+        """`tensor` as Python numbers: this layer's only read of (possibly device) data, counted once per
+        call as a host read (on a GPU: a wait for this thread's stream)."""
+        self.traffic.host_reads += 1
+        return tensor.tolist()
 
     # ---- guarded execution -------------------------------------------------------------------
     def _poison(self, why: str) -> ZenCommError:
         if self._failure is None:
             self._failure = why
+            self._on_failure()
         return ZenCommError(why)
+
+    def _on_failure(self) -> None:  # noqa: B027 - a hook with nothing to do by default
+        """What a backend does when the communicator fails (NCCL: abort, so no kernel waits forever)."""
 
     def _guard(self, what: str, phase: str, fn: Callable[[], T]) -> T:
         if self._failure is not None:
@@ -198,137 +276,208 @@ class Communicator(ABC):
         """Unless the call's sizes are agreed: all ranks show each other the tensor's size and dtype first
         (a fixed all-gather), since gloo aborts a process whose all-reduce meets one of another size."""
         if not self._sizes_agreed:
-            mine = torch.tensor([tensor.numel(), code_of(str(tensor.dtype))], dtype=torch.int64)
-            table = self.all_gather_fixed(mine.to(self.device)).cpu().tolist()
+            table = self.all_gather_fixed([tensor.numel(), code_of(str(tensor.dtype))])
             if len({tuple(row) for row in table}) > 1:
                 raise ZenInputError(f"zen: rank {self.rank}/{self.world_size}: all_reduce of tensors that differ "
                                     f"across ranks (numel, dtype code per rank: {table})")
+
+    def _ring_bytes(self, tensor: torch.Tensor) -> int:
+        own = ring_chunk(tensor.numel(), self.world_size, self.rank)
+        return 2 * (tensor.numel() - own) * tensor.element_size()
 
     def all_reduce(self, tensor: torch.Tensor, phase: str) -> torch.Tensor:
         """In-place dense sum over ranks."""
         if self.world_size > 1:
             self._agree_size(tensor)
-            own = ring_chunk(tensor.numel(), self.world_size, self.rank)
-            nbytes = 2 * (tensor.numel() - own) * tensor.element_size()
             self._guard("all_reduce", phase, lambda: self._all_reduce(tensor))
+            nbytes = self._ring_bytes(tensor)
             self.traffic.add(phase, nbytes, nbytes)
         return tensor
 
-    def all_reduce_async(self, tensor: torch.Tensor, phase: str) -> torch.futures.Future[torch.Tensor]:
-        """`all_reduce` that returns at once; the future completes with `tensor` summed, or raises
-        ZenCommError. Bytes are counted when it is issued (they do not depend on the outcome)."""
+    def all_reduce_async(self, tensor: torch.Tensor, phase: str) -> Pending:
+        """`all_reduce` that returns at once (`Pending`); its failure raises ZenCommError from the future or
+        the wait. Bytes are counted when it is issued (they do not depend on the outcome)."""
         if self.world_size == 1:
             done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
             done.set_result(tensor)
-            return done
+            return Pending(tensor, future=done)
         self._agree_size(tensor)
-        own = ring_chunk(tensor.numel(), self.world_size, self.rank)
-        nbytes = 2 * (tensor.numel() - own) * tensor.element_size()
         pending = self._guard("all_reduce", phase, lambda: self._all_reduce_async(tensor))
+        nbytes = self._ring_bytes(tensor)
         self.traffic.add(phase, nbytes, nbytes)
+        if pending.future is not None:
+            def settle(fut: torch.futures.Future) -> torch.Tensor:
+                self._guard("all_reduce", phase, fut.value)
+                return tensor
 
-        def settle(fut: torch.futures.Future) -> torch.Tensor:
-            self._guard("all_reduce", phase, fut.value)
-            return tensor
+            return Pending(tensor, future=pending.future.then(settle))
+        return Pending(tensor, wait=lambda: self._guard("all_reduce", phase, pending.wait))
 
-        return pending.then(settle)
-
-    def all_gather_fixed(self, tensor: torch.Tensor, phase: str = META) -> torch.Tensor:
-        """All-gather of up to FIXED_VALUES 8-byte values, as many on every rank: a (P, *shape) table.
-        It travels as one FIXED_SLOTS header (call, code, n, values), whatever n is."""
+    def all_gather_fixed(self, values: torch.Tensor | Sequence[int], phase: str = META,
+                         dtype: torch.dtype = torch.int64) -> list[list[Any]]:
+        """All-gather of up to FIXED_VALUES 8-byte values per rank (as many on every rank): every rank's
+        values, as Python numbers of `dtype` (int64 or float64), in rank order. `values` may be a device
+        tensor (counts a scheme has not read yet): the gathered table is read once, on the host. It travels
+        as one FIXED_SLOTS header (call, code, n, values), whatever n is."""
+        if isinstance(values, torch.Tensor):
+            tensor = values.reshape(-1)
+            if tensor.element_size() != 8:
+                raise ValueError(f"all_gather_fixed takes 8-byte values, got {tensor.dtype}")
+            tensor = tensor.view(torch.int64)
+        else:
+            tensor = torch.tensor(list(values), dtype=torch.int64)
         n = int(tensor.numel())
-        if n > FIXED_VALUES or tensor.element_size() != 8:
-            raise ValueError(f"all_gather_fixed takes at most {FIXED_VALUES} 8-byte values, got {n} {tensor.dtype}")
-        if self.world_size == 1:
-            return tensor.unsqueeze(0).clone()
-        head = torch.zeros(FIXED_SLOTS, dtype=torch.int64, device=tensor.device)
+        if n > FIXED_VALUES:
+            raise ValueError(f"all_gather_fixed takes at most {FIXED_VALUES} values, got {n}")
+        head = torch.zeros(FIXED_SLOTS, dtype=torch.int64)
         head[:3] = torch.tensor([self.call, self._code, n])
-        head[3 : 3 + n] = tensor.reshape(-1).view(torch.int64)
-        table = self._guard("all_gather", phase, lambda: self._all_gather(head))
-        nbytes = (self.world_size - 1) * FIXED_SLOTS * 8
-        self.traffic.add(phase, nbytes, nbytes)
-        self._agree(table[:, :3].cpu().tolist(), list(range(self.world_size)), f"all_gather in phase '{phase}'")
-        return table[:, 3 : 3 + n].contiguous().view(tensor.dtype).reshape(self.world_size, *tensor.shape)
+        head = head.to(self.device)
+        head[3 : 3 + n] = tensor.to(self.device)
+        if self.world_size == 1:
+            table = head.view(1, -1)
+        else:
+            table = self._guard("all_gather", phase, lambda: self._all_gather(head))
+            nbytes = (self.world_size - 1) * FIXED_SLOTS * 8
+            self.traffic.add(phase, nbytes, nbytes)
+        self.traffic.rounds += 1
+        rows = self.host(table)
+        self._agree([row[:3] for row in rows], list(range(self.world_size)), f"all_gather in phase '{phase}'")
+        if dtype == torch.int64:
+            return [row[3 : 3 + n] for row in rows]
+        return torch.tensor([row[3 : 3 + n] for row in rows], dtype=torch.int64).view(dtype).tolist()
 
-    def all_to_all_v(self, messages: list[Message], phase: str) -> list[Message]:
-        """messages[j] goes to rank j; returns the message received from each rank, in rank order."""
+    def exchange(self, sends: Mapping[int, Message], recvs: Mapping[int, Message], phase: str
+                 ) -> dict[int, Message]:
+        """One round of point-to-point messages: `sends[j]` goes to rank j, and a message comes from every
+        rank in `recvs` (its value: a template of dtypes and row shapes). Every rank of the group calls it,
+        with whatever it has (possibly nothing); peers must name each other. Returns what came, by rank."""
+        for peer in (*sends, *recvs):
+            if not 0 <= peer < self.world_size or peer == self.rank:
+                raise ValueError(f"rank {self.rank}: exchange with rank {peer} of a group of {self.world_size}")
+        counts = {j: [int(t.shape[0]) for t in m] for j, m in sends.items()}
+        return self._round(sends, counts, recvs, phase, lambda _: [sends[j] for j in sorted(sends)])
+
+    def all_to_all_v(self, messages: Sequence[Message] | Packed, phase: str) -> list[Message]:
+        """messages[j] goes to rank j (a list, or one `Packed` layout); returns the message received from each
+        rank, in rank order (our own as it is)."""
         P, r = self.world_size, self.rank
+        if not isinstance(messages, Packed):
+            if P == 1:
+                return [messages[0]]
+            sends = {j: m for j, m in enumerate(messages) if j != r}
+            counts = {j: [int(t.shape[0]) for t in m] for j, m in sends.items()}
+            got = self._round(sends, counts, {j: messages[r] for j in sends}, phase,
+                              lambda _: [sends[j] for j in sorted(sends)])
+            return [messages[r] if j == r else got[j] for j in range(P)]
+        tensors = messages.tensors
         if P == 1:
-            return [messages[0]]
-        template = messages[r]
-        bufs = [_wire(m) for m in messages]
-        heads = torch.tensor([[self.call, self._code, _layout(template), int(b.numel())] for b in bufs],
-                             dtype=torch.int64, device=self.device)
-        recv = self._guard("all_to_all(headers)", phase,
-                           lambda: self._all_to_all(list(heads.view(torch.uint8).view(P, -1)), [HEAD_BYTES] * P))
-        table = torch.stack([b.view(torch.int64) for b in recv]).cpu().tolist()
-        self.traffic.add(META, (P - 1) * HEAD_BYTES, (P - 1) * HEAD_BYTES)
-        self._agree([row[:3] for row in table], list(range(P)), f"all_to_all_v in phase '{phase}'")
-        sizes = [row[3] for row in table]
-        got = self._guard("all_to_all_v", phase, lambda: self._all_to_all(bufs, sizes))
-        self._count(phase, template, sum(int(b.numel()) for j, b in enumerate(bufs) if j != r),
-                    sum(s for j, s in enumerate(sizes) if j != r), P - 1)
-        return [template if j == r else self._unwire(got[j], template, phase) for j in range(P)]
+            messages.rows = [int(tensors[0].shape[0])]
+            return [tensors]
+        template = tuple(t[:0] for t in tensors)
+        counts = messages.counts
+        if not isinstance(counts, torch.Tensor):
+            counts = torch.tensor([int(c) for c in counts], dtype=torch.int64)
+        bounds: list[int] = []
+
+        def payload(rows: list[int]) -> list[Message]:
+            messages.rows = rows
+            bounds.extend(_offsets(rows))
+            return [tuple(t[bounds[j] : bounds[j + 1]] for t in tensors) for j in range(P) if j != r]
+
+        others = {j: template for j in range(P) if j != r}
+        got = self._round(others, counts, others, phase, payload)
+        return [tuple(t[bounds[r] : bounds[r + 1]] for t in tensors) if j == r else got[j] for j in range(P)]
+
+    def _round(self, sends: Mapping[int, Message], counts: Mapping[int, list[int]] | torch.Tensor,
+               recvs: Mapping[int, Message], phase: str,
+               payload: Callable[[list[int]], list[Message]]) -> dict[int, Message]:
+        """A header round, then a payload round, each joined by every rank of the group.
+
+        `sends` (destination -> a message, or its template) and `counts` (its tensors' row counts per
+        destination; or a (P,) tensor, maybe on the device, of rows per destination for every tensor, read
+        on the host together with the received headers) make the headers; `payload(rows per destination)`
+        then gives the messages to send, in destination order. One host read per round, of the headers."""
+        P, r = self.world_size, self.rank
+        for m in (*sends.values(), *recvs.values()):
+            _check_template(m)
+        head = torch.zeros((P, HEAD_SLOTS), dtype=torch.int64)
+        for j, m in sends.items():
+            head[j, :3] = torch.tensor([self.call, self._code, layout_code(m)])
+            if not isinstance(counts, torch.Tensor):
+                head[j, 3 : 3 + len(m)] = torch.tensor(counts[j], dtype=torch.int64)
+        head = head.to(self.device)
+        device_counts = counts.to(self.device).view(-1) if isinstance(counts, torch.Tensor) else None
+        if device_counts is not None and sends:
+            width = len(next(iter(sends.values())))
+            head[:, 3 : 3 + width] = device_counts.view(-1, 1).expand(-1, width)
+            head[r, 3:] = 0
+        send_sizes = [HEAD_BYTES if j in sends else 0 for j in range(P)]
+        recv_sizes = [HEAD_BYTES if j in recvs else 0 for j in range(P)]
+        rows_out = head[[j for j in range(P) if j in sends]] if len(sends) < P else head
+        heads = self._guard("exchange(headers)", phase,
+                            lambda: self._all_to_all(rows_out.view(torch.uint8).view(-1), send_sizes, recv_sizes))
+        if sends or recvs:
+            self.traffic.add(META, sum(send_sizes), sum(recv_sizes))
+            self.traffic.rounds += 1
+        table = heads.view(torch.int64)
+        if device_counts is not None:
+            table = torch.cat([table, device_counts])
+        flat = self.host(table) if table.numel() else []
+        mine = flat[len(flat) - P :] if device_counts is not None else []
+        sources = [j for j in range(P) if j in recvs]
+        received: dict[int, list[int]] = {}
+        for i, j in enumerate(sources):
+            row, like = flat[i * HEAD_SLOTS : (i + 1) * HEAD_SLOTS], recvs[j]
+            self._agree([[self.call, self._code, layout_code(like)], row[:3]], [r, j],
+                        f"exchange in phase '{phase}'", fatal=True)
+            received[j] = row[3 : 3 + len(like)]
+        messages = payload(mine)
+        sizes_out = [0] * P
+        for j, m in zip(sorted(sends), messages, strict=True):
+            sizes_out[j] = sum(t.numel() * t.element_size() for t in m)
+        sizes_in = [message_bytes(received[j], row_bytes(recvs[j])) if j in received else 0 for j in range(P)]
+        buf = pack(messages, self._wire_device())
+        got = self._guard("exchange", phase, lambda: self._all_to_all(buf, sizes_out, sizes_in))
+        if sends or recvs:
+            self.traffic.add(phase, sum(sizes_out), sum(sizes_in))
+        out, offset = {}, 0
+        for j in sources:
+            out[j] = unpack(got[offset : offset + sizes_in[j]], received[j], recvs[j])
+            offset += sizes_in[j]
+        return out
+
+    def _wire_device(self) -> torch.device:
+        """Where payload bytes are packed for the backend (gloo: the host, whatever the tensors' device)."""
+        return self.device
 
     def all_gather_v(self, message: Message, phase: str) -> list[Message]:
-        """Every rank's message, in rank order (no padding: exact bytes)."""
+        """Every rank's message, in rank order. Its header is one fixed all-gather of the layout and the
+        row counts; the payload travels exactly (gloo, the simulated group) or padded to the largest
+        message (`pads_all_gather`: NCCL's all-gather takes equal sizes; the padding is counted as "pad")."""
         P, r = self.world_size, self.rank
         if P == 1:
             return [message]
-        buf = _wire(message)
-        mine = torch.tensor([_layout(message), int(buf.numel())], dtype=torch.int64, device=self.device)
-        table = self.all_gather_fixed(mine).cpu().tolist()
+        _check_template(message)
+        counts = [int(t.shape[0]) for t in message]
+        table = self.all_gather_fixed([layout_code(message), *counts])
         if len({row[0] for row in table}) > 1:
             raise ZenInputError(f"zen: rank {r}/{P}: all_gather_v in phase '{phase}': ranks send different "
                                 f"dtypes or row shapes in call {self.call}")
-        sizes = [row[1] for row in table]
+        widths = row_bytes(message)
+        sizes = [message_bytes(row[1:], widths) for row in table]
+        buf = pack([message], self._wire_device())
         got = self._guard("all_gather_v", phase, lambda: self._all_gather_bytes(buf, sizes))
-        self._count(phase, message, (P - 1) * sizes[r], sum(s for j, s in enumerate(sizes) if j != r), P - 1)
-        return [message if j == r else self._unwire(got[j], message, phase) for j in range(P)]
+        self.traffic.add(phase, (P - 1) * sizes[r], sum(s for j, s in enumerate(sizes) if j != r))
+        if self.pads_all_gather:
+            top = max(sizes)
+            self.traffic.add(PAD, (P - 1) * (top - sizes[r]), sum(top - s for j, s in enumerate(sizes) if j != r))
+        return [message if j == r else unpack(got[j], table[j][1:], message) for j in range(P)]
 
-    def sendrecv(
-        self, peer: int, send: Message | None, recv_like: Message | None, phase: str
-    ) -> Message | None:
-        """Send to and/or receive from one peer; a fixed header with the size travels first."""
-        buf = _wire(send) if send is not None else None
-        head = None
-        if send is not None and buf is not None:
-            head = torch.tensor([self.call, self._code, _layout(send), int(buf.numel())], dtype=torch.int64,
-                                device=self.device).view(torch.uint8)
-        got_head = self._guard("sendrecv(header)", phase,
-                               lambda: self._sendrecv(peer, head, HEAD_BYTES if recv_like is not None else None))
-        self.traffic.add(META, HEAD_BYTES if send is not None else 0, HEAD_BYTES if recv_like is not None else 0)
-        size = None
-        if recv_like is not None:
-            theirs = got_head.view(torch.int64).cpu().tolist()
-            mine = [self.call, self._code, _layout(recv_like)]
-            self._agree([mine, theirs[:3]], [self.rank, peer], f"sendrecv in phase '{phase}'", fatal=True)
-            size = theirs[3]
-        got = self._guard("sendrecv", phase, lambda: self._sendrecv(peer, buf, size))
-        sent = int(buf.numel()) if buf is not None else 0
-        if send is not None:
-            self._count(phase, send, sent, 0, 1)
-        if recv_like is None:
-            return None
-        self._count(phase, recv_like, 0, size or 0, 1)
-        return self._unwire(got, recv_like, phase)
-
-    def _count(self, phase: str, template: Message, sent: int, received: int, messages: int) -> None:
-        """Add the wire bytes of `messages` messages each way: their row counts under META, the rest under
-        `phase` (what `predict` counts as payload)."""
-        counts = COUNT_BYTES * len(template) * messages
-        self.traffic.add(META, counts if sent else 0, counts if received else 0)
-        self.traffic.add(phase, sent - counts if sent else 0, received - counts if received else 0)
-
-    def _unwire(self, buf: torch.Tensor, template: Message, phase: str) -> Message:
-        """A received wire message (row counts, then the packed tensors) as tensors shaped like `template`."""
-        prefix = COUNT_BYTES * len(template)
-        head = buf[:prefix].clone() if buf.storage_offset() % COUNT_BYTES else buf[:prefix]
-        counts = head.view(torch.int64).cpu().tolist()
-        if prefix + _message_bytes(counts, _row_bytes(template)) != buf.numel():
-            raise self._poison(f"rank {self.rank}/{self.world_size}: a message in phase '{phase}' does not "
-                               f"match its header ({buf.numel()} bytes for row counts {counts})")
-        return _unpack(buf[prefix:], counts, template)
+    def sendrecv(self, peer: int, send: Message | None, recv_like: Message | None, phase: str) -> Message | None:
+        """`exchange` with one peer: send to it and/or receive from it."""
+        got = self.exchange({peer: send} if send is not None else {},
+                            {peer: recv_like} if recv_like is not None else {}, phase)
+        return got.get(peer) if recv_like is not None else None
 
     # ---- start-up agreement ------------------------------------------------------------------
     def shared_seed(self) -> int:
@@ -337,6 +486,29 @@ class Communicator(ABC):
             proposal = self._seed_proposal
             if proposal is None:
                 proposal = random.SystemRandom().getrandbits(62)
-            mine = torch.tensor([proposal], dtype=torch.int64, device=self.device)
-            self._seed = int(self.all_gather_fixed(mine, phase="setup")[0, 0])
+            self._seed = int(self.all_gather_fixed([proposal], phase="setup")[0][0])
         return self._seed
+
+
+# ---- metadata a rank receives (what `predict`s add to a scheme's payload) ------------------------
+FIXED_BYTES = 8 * FIXED_SLOTS  # one rank's part of a fixed all-gather
+
+
+def message_meta() -> int:
+    """Metadata of one message received from one peer: its header (call, code, layout, row counts)."""
+    return HEAD_BYTES
+
+
+def count_meta(world_size: int) -> int:
+    """Metadata received in an all_to_all_v (one message per peer)."""
+    return (world_size - 1) * message_meta()
+
+
+def gather_meta(world_size: int) -> int:
+    """What one fixed all-gather brings (the input check, a scheme's small agreement)."""
+    return (world_size - 1) * FIXED_BYTES
+
+
+def gather_v_meta(world_size: int) -> int:
+    """Metadata received in an all_gather_v: its fixed all-gather of layouts and row counts."""
+    return (world_size - 1) * FIXED_BYTES

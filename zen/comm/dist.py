@@ -1,23 +1,38 @@
-"""torch.distributed backend (gloo on CPU, NCCL on GPU): tensors stay on their device and every
-collective carries a timeout, so a dead, missing or late peer becomes a ZenCommError, not a hang.
+"""torch.distributed backend: gloo on the host, NCCL (or any backend with its rules) on the device.
 
-The timeout goes into the collective itself (its options), not only into the wait: gloo then fails the
-operation and closes its connections, so a late peer never meets a stale half-finished operation (that
-paired it with the wrong call: wrong sums, or gloo aborting the process on a size mismatch), and the
-survivors' `destroy_process_group` returns at once instead of waiting for the group's own timeout.
+The backend is chosen per device type from the group's configuration ("cpu:gloo,cuda:nccl" puts a CUDA
+payload on NCCL and a CPU one on gloo), and its rules (`BackendRules`) decide how bytes move:
+- gloo runs point-to-point operations as they arrive, so exchanges are posted as separate sends and
+  receives to the peers that have something, and its futures complete when the data is there. CUDA payloads
+  are staged on the host.
+- NCCL runs a pair's operations in issue order on one stream, has no unequal all-gather, and completes a
+  future when the work is enqueued (the data is there only for streams that wait on it). So an exchange is
+  one `alltoall_base` every rank joins (an NCCL group of the non-empty sends and receives: no recv-then-send
+  deadlock, no pair communicator per peer), an uneven all-gather is padded, and a consumer waits on the
+  work (`Pending.wait`), never on a bare future.
+
+Every collective carries a timeout, so a dead, missing or late peer becomes a ZenCommError, not a hang. On
+gloo the timeout goes into the collective itself (its options): gloo then fails the operation and closes its
+connections, so a late peer never meets a stale half-finished operation, and the survivors'
+`destroy_process_group` returns at once. On NCCL a host wait polls the work for at most the timeout and then
+aborts the group (`_on_failure`), so the kernels stuck on a dead peer end; what NCCL's own watchdog does to
+work nobody waits for (TORCH_NCCL_ASYNC_ERROR_HANDLING) is documented in docs/gpu.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import time
 import weakref
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from zen.comm.base import Communicator
+from zen.comm.base import Communicator, Pending
 from zen.types import ZenCommError, ZenInputError
 
 FALLBACK_TIMEOUT_S = 300.0
@@ -38,6 +53,53 @@ def timeout_seconds(timeout_s: float | None = None) -> float:
     return float(timeout_s)
 
 
+@dataclass(frozen=True)
+class BackendRules:
+    """What a torch.distributed backend guarantees, as far as this layer cares. `ordered`: NCCL's rules
+    (point-to-point in issue order per pair, equal-size all-gathers only, futures complete at enqueue);
+    `host_wire`: payloads travel through host memory (gloo)."""
+
+    ordered: bool
+    host_wire: bool = False
+
+
+GLOO = BackendRules(ordered=False, host_wire=True)
+NCCL_LIKE = BackendRules(ordered=True)
+_RULES: dict[str, BackendRules] = {"gloo": GLOO, "nccl": NCCL_LIKE}
+
+
+def declare_backend(name: str, rules: BackendRules) -> None:
+    """Tell this layer the rules of a backend registered with torch.distributed (an unknown backend is
+    treated as NCCL-like: its strictest reading)."""
+    _RULES[name.lower()] = rules
+
+
+def rules_of(backend: str) -> BackendRules:
+    return _RULES.get(backend.lower(), NCCL_LIKE)
+
+
+def backend_for(pg: dist.ProcessGroup, device: torch.device) -> str:
+    """The backend of `pg` that serves tensors on `device` ("cpu:gloo,cuda:nccl" -> gloo for the host, nccl
+    for CUDA); a group configured with one backend for every device gives that one."""
+    config = str(dist.get_backend_config(pg))
+    entries = dict(e.split(":", 1) for e in config.split(",") if ":" in e)
+    if not entries:
+        return config
+    if device.type in entries:
+        return entries[device.type]
+    raise ZenInputError(f"zen: the process group has no backend for {device.type} tensors ({config}); "
+                        f"initialise it with one (e.g. backend='cpu:gloo,cuda:nccl')")
+
+
+def default_device(pg: dist.ProcessGroup) -> torch.device:
+    """The device a group's payloads live on when the caller names none: this process's current CUDA device
+    when the group has a CUDA backend, else the host."""
+    config = str(dist.get_backend_config(pg))
+    if torch.cuda.is_available() and ("cuda" in config or config == "nccl"):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def live_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     """The process group object `group` names now (None: the current default group)."""
     if not dist.is_available() or not dist.is_initialized():
@@ -51,11 +113,11 @@ def is_live(group: dist.ProcessGroup | None) -> bool:
 
 
 class DistComm(Communicator):
-    """A Communicator over a torch.distributed process group. `timeout_s=None` reads $ZEN_TIMEOUT_S once
-    per call."""
+    """A Communicator over a torch.distributed process group, for payloads on `device` (None: see
+    `default_device`). `timeout_s=None` reads $ZEN_TIMEOUT_S once per call."""
 
     def __init__(self, group: dist.ProcessGroup | None = None, timeout_s: float | None = None,
-                 seed: int | None = None):
+                 seed: int | None = None, device: torch.device | str | None = None):
         pg = live_group(group)
         # a weak reference: a destroyed group must really go when the user drops it (a process group that
         # outlives destroy_process_group is torn down at interpreter exit, where gloo aborts the process)
@@ -64,8 +126,12 @@ class DistComm(Communicator):
             timeout_seconds(timeout_s)
         self.timeout_s = timeout_s
         self._call_timeout = (-1, 0.0)  # (call, its timeout in seconds): $ZEN_TIMEOUT_S read once per call
-        backend = self.backend = dist.get_backend(pg)
-        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        device = torch.device(device) if device is not None else default_device(pg)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.backend = backend_for(pg, device)
+        self.rules = rules_of(self.backend)
+        self.pads_all_gather = self.rules.ordered
         super().__init__(dist.get_rank(pg), dist.get_world_size(pg), device, seed)
         self.group = group
 
@@ -99,13 +165,37 @@ class DistComm(Communicator):
         opts.timeout = self.timeout
         return opts
 
+    def _wire_device(self) -> torch.device:
+        return torch.device("cpu") if self.rules.host_wire else self.device
+
+    def _on_failure(self) -> None:
+        if self.rules.ordered:  # a kernel waiting for a dead peer would hold the device forever
+            abort = getattr(self._pg(), "abort", None)
+            if abort is not None:
+                with contextlib.suppress(Exception):  # best effort: the communicator is poisoned anyway
+                    abort()
+
     def _wait(self, work: dist.Work | None, own_timeout: bool = True) -> None:
-        """Wait for `work`. A collective carries the timeout itself (`own_timeout`): gloo then ends it, and a
-        wait that gave up first would leave it running (a process that exits meanwhile aborts), so the
-        wait allows GRACE_S more. A point-to-point wait is the timeout: gloo closes the pair when it fires."""
-        if work is not None:
+        """Wait for `work` on the host. gloo: a collective carries the timeout itself (`own_timeout`): gloo
+        then ends it, and a wait that gave up first would leave it running (a process that exits meanwhile
+        aborts), so the wait allows GRACE_S more; a point-to-point wait is the timeout (gloo closes the pair
+        when it fires). NCCL-like: poll the work until it completes or the timeout passes, then make the
+        caller's stream wait for it (a bare `wait()` there does not block the host, and would hang at the
+        next host read if a peer died)."""
+        if work is None:
+            return
+        if not self.rules.ordered:
             extra = GRACE_S if own_timeout else 0.0
             work.wait(timeout=datetime.timedelta(seconds=self.seconds + extra))
+            return
+        deadline, pause = time.monotonic() + self.seconds, 1e-5
+        while not work.is_completed():
+            if time.monotonic() > deadline:
+                raise ZenCommError(f"rank {self.rank}/{self.world_size}: a {self.backend} operation did not "
+                                   f"complete within {self.seconds:.0f}s (a peer dead, missing or late)")
+            time.sleep(pause)
+            pause = min(pause * 2, 1e-3)
+        work.wait()
 
     def _issue_all_reduce(self, tensor: torch.Tensor) -> dist.Work:
         opts = self._opts(c10d.AllreduceOptions)
@@ -115,23 +205,28 @@ class DistComm(Communicator):
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         self._wait(self._issue_all_reduce(tensor))
 
-    def _all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
-        return self._issue_all_reduce(tensor).get_future()  # the operation's own timeout fails the future
+    def _all_reduce_async(self, tensor: torch.Tensor) -> Pending:
+        work = self._issue_all_reduce(tensor)
+        if self.rules.ordered:  # its future completes at enqueue: consumers must wait on the work
+            return Pending(tensor, wait=lambda: self._wait(work))
+        return Pending(tensor, future=work.get_future())  # the operation's own timeout fails the future
 
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.backend != "gloo":
-            outs = [torch.empty_like(tensor) for _ in range(self.world_size)]
-            self._wait(self.pg.allgather([outs], [tensor.contiguous()], self._opts(c10d.AllgatherOptions)))
-            return torch.stack(outs)
-        return self._bruck_all_gather(tensor)
+        if self.rules.ordered:
+            out = torch.empty((self.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+            self._wait(self.pg._allgather_base(out.view(-1), tensor.contiguous().view(-1),
+                                               self._opts(c10d.AllgatherOptions)))
+            return out
+        return self._bruck_all_gather(tensor.to(self._wire_device())).to(tensor.device)
 
     def _bruck_all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Bruck's all-gather, point to point: ceil(log2 P) rounds where gloo's ring takes P - 1, and every round
         a wake-up of each rank (8 ranks on 2 cores: half the latency of an input check). Round i sends the
         rows gathered so far to rank r - 2^i and gets as many from rank r + 2^i; its own tag and fixed size
-        (the same on every rank) keep the rounds of calls that are out of step from pairing up."""
+        (the same on every rank) keep the rounds of calls that are out of step from pairing up. gloo only:
+        NCCL ignores tags and runs a pair's operations in order."""
         P, r = self.world_size, self.rank
-        table = torch.empty((P, *tensor.shape), dtype=tensor.dtype, device=self.device)
+        table = torch.empty((P, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
         table[0] = tensor  # row i: rank (r + i) % P's
         have, round_ = 1, 0
         while have < P:
@@ -142,45 +237,40 @@ class DistComm(Communicator):
             have, round_ = have + n, round_ + 1
         return torch.roll(table, shifts=r, dims=0)
 
-    def _all_to_all(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
-        # on gloo the wire is host memory: CUDA payloads are staged there (and unpacked back, zen.comm.base)
-        if self.backend != "gloo":  # NCCL runs separately posted sends and receives in order: one collective
-            return self._all_to_all_base(bufs, recv_sizes)
-        # gloo posts them at once: point to point, each buffer goes out as it is, where alltoall_base wants
-        # them concatenated and copies this rank's own part (a fifth of a two-level step's CPU, 2 ranks per node)
-        r = self.rank
-        sends = [b.contiguous().to(self.device) for b in bufs]
-        got = [sends[j] if j == r else torch.empty(size, dtype=torch.uint8, device=self.device)
-               for j, size in enumerate(recv_sizes)]
-        works = [self.pg.recv([got[j]], j, 0) for j in range(self.world_size) if j != r and recv_sizes[j]]
-        works += [self.pg.send([sends[j]], j, 0) for j in range(self.world_size) if j != r and sends[j].numel()]
-        self._wait_all(works)
-        return got
-
-    def _all_to_all_base(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
-        send = torch.cat(bufs).to(self.device) if bufs else torch.empty(0, dtype=torch.uint8, device=self.device)
-        recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=self.device)
-        work = self.pg.alltoall_base(recv, send, recv_sizes, [int(b.numel()) for b in bufs],
-                                     self._opts(c10d.AllToAllOptions))
-        self._wait(work)
-        return list(recv.split(recv_sizes))
-
-    def _all_gather_bytes(self, buf: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
-        # the same buffer to every peer (staged once): exact sizes, no padding
-        send = buf.contiguous().to(self.device)
-        return self._all_to_all([send] * self.world_size, sizes)
-
-    def _sendrecv(self, peer: int, send: torch.Tensor | None, recv_size: int | None) -> torch.Tensor | None:
+    def _all_to_all(self, send: torch.Tensor, send_sizes: list[int], recv_sizes: list[int]) -> torch.Tensor:
+        recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=send.device)
+        if self.rules.ordered:  # one collective: NCCL groups its sends and receives, none blocks another
+            self._wait(self.pg.alltoall_base(recv, send, recv_sizes, send_sizes, self._opts(c10d.AllToAllOptions)))
+            return recv
+        # gloo: point to point, only to and from the peers that have something, each buffer as it is
         works = []
-        recv = None
-        if recv_size is not None:
-            recv = torch.empty(recv_size, dtype=torch.uint8, device=self.device)
-            if recv_size:
-                works.append(self.pg.recv([recv], peer, 0))  # group ranks, as the schemes use them
-        if send is not None and send.numel():
-            works.append(self.pg.send([send.contiguous().to(self.device)], peer, 0))
+        offset = 0
+        for j, size in enumerate(recv_sizes):
+            if size:
+                works.append(self.pg.recv([recv[offset : offset + size]], j, 0))
+            offset += size
+        offset = 0
+        for j, size in enumerate(send_sizes):
+            if size:
+                works.append(self.pg.send([send[offset : offset + size]], j, 0))
+            offset += size
         self._wait_all(works)
         return recv
+
+    def _all_gather_bytes(self, buf: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+        P, r = self.world_size, self.rank
+        if self.rules.ordered:  # equal sizes only: every message padded to the largest
+            top = max(sizes)
+            padded = buf if buf.numel() == top else torch.cat([buf, buf.new_zeros(top - buf.numel())])
+            out = torch.empty(P * top, dtype=torch.uint8, device=buf.device)
+            self._wait(self.pg._allgather_base(out, padded, self._opts(c10d.AllgatherOptions)))
+            return [out[j * top : j * top + sizes[j]] for j in range(P)]
+        # gloo: the same buffer to every peer (no copies), exact sizes, no padding
+        out = [buf if j == r else torch.empty(sizes[j], dtype=torch.uint8, device=buf.device) for j in range(P)]
+        works = [self.pg.recv([out[j]], j, 0) for j in range(P) if j != r and sizes[j]]
+        works += [self.pg.send([buf], j, 0) for j in range(P) if j != r and sizes[r]]
+        self._wait_all(works)
+        return out
 
     def _wait_all(self, works: list[dist.Work]) -> None:
         """Every point-to-point operation waited for, even after one failed: nothing of an exchange may

@@ -102,18 +102,21 @@ class SimComm(Communicator):
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         return torch.stack(self._rendezvous(tensor.clone()))
 
-    def _all_to_all(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
-        items = self._rendezvous(bufs)
-        return [items[src][self.rank] for src in range(self.world_size)]
+    def _all_to_all(self, send: torch.Tensor, send_sizes: list[int], recv_sizes: list[int]) -> torch.Tensor:
+        """Point to point through the pairs' mailboxes (first in, first out): no rendezvous, so ranks with
+        nothing to say need not wait for the others."""
+        offset = 0
+        for peer, size in enumerate(send_sizes):
+            if size:
+                self.group.mailbox(self.rank, peer).put(send[offset : offset + size].clone())
+            offset += size
+        got = [self._take(peer) for peer, size in enumerate(recv_sizes) if size]
+        return torch.cat(got) if got else send.new_empty(0)
 
     def _all_gather_bytes(self, buf: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
         return self._rendezvous(buf)
 
-    def _sendrecv(self, peer: int, send: torch.Tensor | None, recv_size: int | None) -> torch.Tensor | None:
-        if send is not None:
-            self.group.mailbox(self.rank, peer).put(send)
-        if recv_size is None:
-            return None
+    def _take(self, peer: int) -> torch.Tensor:
         box = self.group.mailbox(peer, self.rank)
         waited = 0.0
         while True:

@@ -21,7 +21,8 @@ import torch
 
 from zen.comm.base import Communicator
 from zen.grad import LocalGrad
-from zen.types import ZenInputError
+from zen.output import Output
+from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,21 @@ class Compressor(ABC):
     `density` is the share of a part's elements a sparsifier keeps (a quantizer ignores it)."""
 
     name: ClassVar[str]
-    own_exchange: ClassVar[bool] = False  # True: `exchange` synchronizes the part itself (no scheme)
+    own_exchange: ClassVar[bool] = False  # True: its codes travel by `GatherCodes`, not the configured scheme
 
     def __init__(self, density: float = 0.05) -> None:
         if not 0 < density <= 1:
             raise ZenInputError(f"compressor density must be in (0, 1], got {density}")
         self.density = density
         self.memory: dict[Hashable, torch.Tensor] = {}
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """This compressor's random stream on `device` (seeded by its `seed` option): draws happen where the
+        tensor is, and the training RNG is left alone."""
+        if device not in self._generators:
+            self._generators[device] = torch.Generator(device=device).manual_seed(getattr(self, "seed", 0))
+        return self._generators[device]
 
     @property
     def config(self) -> str:
@@ -62,10 +71,13 @@ class Compressor(ABC):
             if key not in kept:
                 del self.memory[key]
 
-    def residual_norm(self, key: Hashable) -> float:
-        """L2 norm of what this part's compressor has not sent yet (its own error, measured)."""
+    def residual_norm(self, key: Hashable, lazy: bool = False) -> float | torch.Tensor:
+        """L2 norm of what this part's compressor has not sent yet (its own error, measured). `lazy`: as a
+        0-d tensor, read when someone asks (on a GPU, a read here would wait for the device)."""
         res = self.memory.get(key)
-        return float(res.norm()) if res is not None else 0.0
+        if res is None:
+            return 0.0
+        return res.norm() if lazy else float(res.norm())
 
     def compress(self, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
         """Overwrite `tensor` (a part, any shape) with the chosen gradient; return it as rows of width 1 with
@@ -105,13 +117,6 @@ class Compressor(ABC):
         sparsifier gives this or its own `choose`."""
         raise NotImplementedError(f"{self.name} chooses in its own pass")
 
-    def exchange(self, tensor: torch.Tensor, ctx: PartContext, comm: Communicator, out: torch.Tensor,
-                 divisor: int) -> None:
-        """A quantizer's own synchronization: compress `tensor` (overwritten with what it sends), write the
-        ranks' sum / divisor into `out` (may be `tensor`). Sparsifiers have none: a scheme syncs them."""
-        raise NotImplementedError(f"{self.name} is synchronized by a scheme")
-
-
 class Quantizer(Compressor):
     """A compressor that sends every element in a code that cannot be summed as it is: its own exchange
     all-gathers the codes (phase `gather`) and every rank decodes and adds them in rank order with the
@@ -122,9 +127,10 @@ class Quantizer(Compressor):
     own_exchange = True
 
     def compress(self, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
-        """Overwrite `tensor` with what the codes decode to; as dense rows: every element is sent."""
-        self._quantize(tensor, ctx)
-        return LocalGrad(tensor.numel(), 1, tensor.dtype, tensor.device, dense=tensor.view(-1, 1))
+        """Overwrite `tensor` with what the codes decode to; as dense rows (every element is sent) carrying
+        the codes for `GatherCodes`."""
+        codes = self._quantize(tensor, ctx)
+        return LocalGrad(tensor.numel(), 1, tensor.dtype, tensor.device, dense=tensor.view(-1, 1), codes=codes)
 
     @abstractmethod
     def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, ...]:
@@ -139,16 +145,29 @@ class Quantizer(Compressor):
         """Bytes each rank receives per phase for one part of `numel` elements (as zen.prediction does for
         schemes)."""
 
-    def exchange(self, tensor: torch.Tensor, ctx: PartContext, comm: Communicator, out: torch.Tensor,
-                 divisor: int) -> None:
-        """Compress `tensor`, all-gather the codes, write sum / divisor into `out` (may be `tensor`)."""
-        gathered = comm.all_gather_v(self._quantize(tensor, ctx), phase="gather")
-        flat = out.view(-1)
+
+class GatherCodes:
+    """A quantizer's exchange as a scheme: all-gather every rank's codes (phase `gather`) and add what they
+    decode to in rank order, with the sender's arithmetic: exactly the sum of the ranks' quantized values,
+    the same bits on every rank."""
+
+    name = "gather_codes"
+    sparse_input = False
+
+    def __init__(self, quantizer: Compressor):
+        assert isinstance(quantizer, Quantizer)
+        self.quantizer = quantizer
+
+    def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
+        assert grad.codes is not None
+        gathered = comm.all_gather_v(grad.codes, phase="gather")
+        flat = out.buffer.view(-1)
         flat.zero_()
         for codes in gathered:
-            flat.add_(self.decode(codes, flat.numel(), flat.dtype))
-        if divisor != 1:
-            flat.div_(divisor)
+            flat.add_(self.quantizer.decode(codes, flat.numel(), flat.dtype))
+
+    def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
+        return [self.quantizer.predict(layout.world_size, layout.rows * layout.width) for _ in sets]
 
 
 def sorted_ids(ids: torch.Tensor) -> torch.Tensor:

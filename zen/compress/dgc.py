@@ -17,6 +17,7 @@ import torch
 from zen.compress import register_compressor
 from zen.compress.base import Compressor, PartContext
 from zen.compress.topk import sampled_choose
+from zen.device import accelerated
 
 
 @register_compressor("dgc")
@@ -27,7 +28,6 @@ class DGC(Compressor):
         self.momentum, self.clip_norm, self.sample, self.seed = momentum, clip_norm, sample, seed
         self.warmup_steps, self.warmup_density = warmup_steps, max(warmup_density, density)
         self.momenta: dict[Hashable, torch.Tensor] = {}
-        self.gen = torch.Generator().manual_seed(seed)
 
     def density_at(self, step: int) -> float:
         """The warm-up schedule: warmup_density x (density / warmup_density) ** (step / warmup_steps)."""
@@ -42,9 +42,12 @@ class DGC(Compressor):
         """Local gradient clipping, then momentum correction: the velocity u = m u + g is what accumulates."""
         if self.clip_norm is not None:
             limit = self.clip_norm / math.sqrt(ctx.world)
-            norm = float(flat.norm())
-            if norm > limit:
-                flat.mul_(limit / norm)
+            if accelerated(flat.device):  # no host read: scale by min(1, limit / norm)
+                flat.mul_(torch.clamp(limit / flat.norm(), max=1.0))
+            else:
+                norm = float(flat.norm())
+                if norm > limit:
+                    flat.mul_(limit / norm)
         if not self.momentum:
             return flat
         u = self.momenta.get(ctx.key)
@@ -61,7 +64,8 @@ class DGC(Compressor):
 
     def choose(self, src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, ctx: PartContext
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        ids, values = sampled_choose(src, res, flat, self.keep(res.numel(), ctx), self.sample, self.gen)
+        ids, values = sampled_choose(src, res, flat, self.keep(res.numel(), ctx), self.sample,
+                                     self.generator(res.device))
         if self.momentum:  # momentum factor masking: sent elements leave the velocity too
             self.momenta[ctx.key].index_fill_(0, ids, 0)
         return ids, values

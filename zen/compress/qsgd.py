@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from zen.comm.base import gather_v_meta
 from zen.compress import register_compressor
 from zen.compress.base import PartContext, Quantizer
-from zen.prediction import gather_v_meta
 from zen.types import ZenInputError
 
 SIGN_BIT = 128
@@ -28,7 +28,6 @@ class QSGD(Quantizer):
         if bucket < 1:
             raise ZenInputError(f"qsgd bucket must be >= 1, got {bucket}")
         self.levels, self.bucket, self.seed = levels, bucket, seed
-        self._gen = torch.Generator().manual_seed(seed)  # the rounding's coins (CPU: any device's parts)
 
     def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, torch.Tensor]:
         """`compress`'s work; returns the codes (one byte per element) and the buckets' scales (norm / s)."""
@@ -41,7 +40,7 @@ class QSGD(Quantizer):
         norms = rows.norm(dim=1)
         ratio = rows.abs().div_(torch.where(norms > 0, norms, 1.0).unsqueeze(1)).mul_(self.levels).view(-1)[:n]
         low = ratio.floor()
-        coins = torch.rand(n, generator=self._gen).to(ratio.device)
+        coins = torch.rand(n, generator=self.generator(ratio.device), device=ratio.device)  # the rounding's coins
         level = low.add_(coins < ratio.sub_(low)).clamp_(max=self.levels).to(torch.uint8)
         codes = level.bitwise_or_((acc < 0).to(torch.uint8).mul_(SIGN_BIT))
         scales = norms.div_(self.levels)
@@ -61,4 +60,4 @@ class QSGD(Quantizer):
         if world_size == 1:
             return {}
         return {"gather": (world_size - 1) * (numel + 4 * -(-numel // self.bucket)),
-                "meta": gather_v_meta(world_size, 2)}
+                "meta": gather_v_meta(world_size)}

@@ -16,8 +16,8 @@ class RandomK(Compressor):
         self.seed = seed
 
     def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:
-        k = self.keep(acc.numel(), ctx)
-        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + ctx.tag * 7_919 + ctx.step) % 2**63)
+        k, dev = self.keep(acc.numel(), ctx), acc.device
+        gen = torch.Generator(device=dev).manual_seed((self.seed * 1_000_003 + ctx.tag * 7_919 + ctx.step) % 2**63)
         if k * 4 >= acc.numel():
-            return torch.randperm(acc.numel(), generator=gen)[:k].sort().values.to(acc.device)
-        return torch.randint(acc.numel(), (k,), generator=gen).unique().to(acc.device)  # ~k, sorted
+            return torch.randperm(acc.numel(), generator=gen, device=dev)[:k].sort().values
+        return torch.randint(acc.numel(), (k,), generator=gen, device=dev).unique()  # ~k, sorted

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from zen.comm.base import gather_v_meta
 from zen.compress import register_compressor
 from zen.compress.base import PartContext, Quantizer
-from zen.prediction import gather_v_meta
 
 _BITS = 2 ** torch.arange(8, dtype=torch.uint8)
 
@@ -51,4 +51,4 @@ class ScaledSign(Quantizer):
         if world_size == 1:
             return {}
         return {"gather": (world_size - 1) * ((numel + 7) // 8 + 4),
-                "meta": gather_v_meta(world_size, 2)}
+                "meta": gather_v_meta(world_size)}

@@ -11,6 +11,7 @@ import torch
 from zen import native
 from zen.compress import register_compressor
 from zen.compress.base import Compressor, PartContext, send, sorted_ids, take
+from zen.device import accelerated
 
 MIN_SAMPLE = 1024
 
@@ -34,7 +35,7 @@ def trim_largest(res: torch.Tensor, flat: torch.Tensor, ids: torch.Tensor, value
     tau = mag.kthvalue(mag.numel() - k + 1).values
     keep = mag > tau
     tie = mag == tau
-    keep |= tie & (tie.cumsum(0) <= k - int(keep.sum()))
+    keep |= tie & (tie.cumsum(0) <= k - keep.sum())
     back = ids[~keep]
     res.index_copy_(0, back, values[~keep])
     flat.index_fill_(0, back, 0)
@@ -54,12 +55,16 @@ def sampled_choose(src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, k: 
     kept = max(1, round(k * m / n))
     sampled = (res.index_select(0, picks) + src.index_select(0, picks)).abs()
     threshold = sampled.topk(kept, sorted=True).values[-1]
-    strict = not bool(threshold > 0)  # a zero (or NaN) quantile: every non-zero passes
-    swept = native.sweep_threshold(res, src, flat, 0.0 if strict else float(threshold), strict)
-    if swept is None:
-        swept = send(src, res, flat, lambda acc: (acc.abs() > 0 if strict else acc.abs() >= threshold)
-                     .nonzero().view(-1))
-    ids, values = swept
+    if accelerated(res.device):  # the same choice without reading the threshold on the host
+        floor = torch.nan_to_num(threshold, nan=0.0)
+        ids, values = send(src, res, flat, lambda acc: ((acc.abs() >= floor) & (acc != 0)).nonzero().view(-1))
+    else:
+        strict = not bool(threshold > 0)  # a zero (or NaN) quantile: every non-zero passes
+        swept = native.sweep_threshold(res, src, flat, 0.0 if strict else float(threshold), strict)
+        if swept is None:
+            swept = send(src, res, flat, lambda acc: (acc.abs() > 0 if strict else acc.abs() >= threshold)
+                         .nonzero().view(-1))
+        ids, values = swept
     if ids.numel() > k:
         return trim_largest(res, flat, ids, values, k)
     if ids.numel() < k // 2:
@@ -76,12 +81,12 @@ class TopK(Compressor):
     def __init__(self, density: float = 0.05, sampled: bool = False, sample: float = 0.01, seed: int = 0):
         super().__init__(density)
         self.sampled, self.sample, self.seed = sampled, sample, seed
-        self.gen = torch.Generator().manual_seed(seed)  # its own stream: the training RNG is left alone
 
     def choose(self, src: torch.Tensor, res: torch.Tensor, flat: torch.Tensor, ctx: PartContext
                ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.sampled:
-            return sampled_choose(src, res, flat, self.keep(res.numel(), ctx), self.sample, self.gen)
+            return sampled_choose(src, res, flat, self.keep(res.numel(), ctx), self.sample,
+                                  self.generator(res.device))
         return super().choose(src, res, flat, ctx)
 
     def select(self, acc: torch.Tensor, ctx: PartContext) -> torch.Tensor:

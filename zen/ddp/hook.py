@@ -3,17 +3,23 @@ backward goes on.
 
 Usage: `ddp.register_comm_hook(ZenHookState(scheme="zen", sparse_params=model), zen.ddp_hook)`.
 The hook returns at once with a Future that completes when its bucket is synchronized. A bucket is a job
-for one of `lanes` communication lanes (bucket index modulo lanes, the same on every rank): each lane is a
-thread (zen.ddp.worker) with a process group and scheme instances of its own, running its buckets in DDP's
-order. So DDP's own collectives (e.g. find_unused_parameters' bitmap all-reduce from the autograd thread)
-cannot interleave with ours, and two buckets' exchanges can be in flight at once, as gloo's two threads
-run DDP's built-in all-reduces. Dense parts are issued as asynchronous all-reduces and do not hold a lane
-up; sparse parts run the scheme there. A step's last bucket runs in the hook call itself when its lane is
-idle (nothing of backward is left to overlap). Errors and timeouts fail the futures, so `loss.backward()`
-raises on every rank. Buckets arrive un-averaged; like DDP's own allreduce hook we return the mean unless
-`average=False`. Scheme state is keyed by tensor size, not bucket index, so DDP's bucket rebuild after
-iteration 1 is harmless. Every bucket is one call on its lane's communicator (zen.comm.base): its headers
-carry the call number and a code of the hook's settings, so a rank configured differently raises at once on
+for one of the communication lanes (bucket index modulo lanes, the same on every rank): each lane is a
+thread (zen.ddp.worker) with a process group, a communication stream (zen.device) and a synchronizer
+(zen.sync) of its own, running its buckets in DDP's order. So DDP's own collectives (e.g.
+find_unused_parameters' bitmap all-reduce from the autograd thread) cannot interleave with ours. On gloo,
+`lanes` buckets can be in flight at once, as gloo's two threads run DDP's built-in all-reduces; on NCCL one
+lane issues everything in bucket order (operations of two communicators issued in a rank-dependent order can
+deadlock there, and the device already overlaps them). The lane's stream waits for an event recorded when DDP
+calls the hook (backward's writes of the bucket), and the Future handed back carries the stream dependency
+DDP needs (zen.device.result_future), so no host wait sits on backward's stream.
+
+Dense parts are issued as asynchronous all-reduces and do not hold a lane up; sparse parts run the scheme
+there. A step's last bucket runs in the hook call itself when its lane is idle (nothing of backward is left to
+overlap). Errors and timeouts fail the futures, so `loss.backward()` raises on every rank. Buckets arrive
+un-averaged; like DDP's own allreduce hook we return the mean unless `average=False`. Scheme state is keyed
+by the part's parameters, not the bucket index, so DDP's bucket rebuild after iteration 1 is harmless. Every
+bucket is one call on its lane's communicator (zen.comm.base): its headers carry the call number and the
+code of the hook's configuration (zen.sync.SyncConfig), so a rank configured differently raises at once on
 every rank; tensor sizes are taken as agreed (DDP verified the parameters' shapes across ranks when it was
 built and gives every rank the same buckets), so a dense part needs no size header.
 No `from __future__ import annotations` here: DDP's register_comm_hook compares the hook's annotations
@@ -21,7 +27,6 @@ with the real classes and rejects strings.
 """
 
 import datetime
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,40 +35,40 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from zen.api import prepare, run
-from zen.comm.base import code_of
 from zen.comm.dist import DistComm, timeout_seconds
-from zen.compress import Compressor, PartContext, make_compressor
-from zen.ddp.router import BucketRouter, Part, embedding_params
+from zen.compress import Compressor, make_compressor
+from zen.ddp.router import BucketRouter, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
-from zen.launch import calm_gloo
-from zen.registry import Scheme, make_scheme, scheme_config
-from zen.twolevel import INTRA_MODES, NodeComms, dist_node_comms, nodes_of
+from zen.device import Clock, Stream, on, result_future
+from zen.registry import make_scheme
+from zen.sync import Part, SyncConfig, Synchronizer
+from zen.sync.config import frozen
+from zen.twolevel import NodeComms, dist_node_comms, nodes_of
 from zen.types import SyncStats, ZenCommError, ZenInputError
-from zen.validate import check_parts
 
 T = TypeVar("T")
-DENSE = "allreduce"  # every part that is not embedding rows
-NONFINITE = ("pass", "raise")
 
 
 @dataclass
 class StepRecord:
     """What one step's synchronization did: per part its stats and whether it was embedding rows (one tuple,
-    appended atomically by whichever lane ran it), and the (start, end) perf_counter spans during which the
-    hook's work was in flight."""
+    appended atomically by whichever lane ran it), and per bucket a clock spanning the time its work was in
+    flight (device time on a GPU)."""
 
     parts: list[tuple[SyncStats, bool]] = field(default_factory=list)
-    spans: list[tuple[float, float]] = field(default_factory=list)
+    spans: list[Clock] = field(default_factory=list)
 
     @property
     def stats(self) -> list[SyncStats]:
-        return [s for s, _ in self.parts]
+        return [s.resolved() for s, _ in self.parts]
 
     def busy_s(self) -> float:
         """Seconds during which some synchronization of this step was in flight (union of the spans)."""
+        if not self.spans:
+            return 0.0
+        ref = self.spans[0]
         total, end = 0.0, float("-inf")
-        for a, b in sorted(self.spans):
+        for a, b in sorted(c.interval(ref) for c in self.spans):
             if b > end:
                 total += b - max(a, end)
                 end = b
@@ -75,27 +80,32 @@ class StepRecord:
 
 @dataclass
 class Lane:
-    """One communication lane: its communicator (process group), thread and scheme instances, and with
-    `ranks_per_node` > 1 its node and inter-node sub-groups."""
+    """One communication lane: its communicator (process group), thread, stream and synchronizer."""
 
     comm: DistComm
     worker: CommWorker
-    make: Callable[[str], Scheme]
-    nodes: NodeComms | None = None
-    schemes: dict[tuple[str, tuple[int, ...]], Scheme] = field(default_factory=dict)
+    stream: Stream
+    syncer: Synchronizer
 
-    def scheme(self, name: str, key: tuple[int, ...]) -> Scheme:
-        """The instance of `name` for the part of these parameters (`Part.key`): one per part, because a
-        scheme's per-size state is about one tensor (zen's measured gamma, its timed BP-or-HC trial and
-        choice); two tables of one shape sharing an instance would compare one's BP time with the other's HC."""
-        if (name, key) not in self.schemes:
-            self.schemes[name, key] = self.make(name)
-        return self.schemes[name, key]
+
+@dataclass
+class HookRuntime:
+    """What the hook keeps between calls (not settings): the router, the configuration every rank agrees on,
+    the lanes (made at the first bucket), the shared compressor, the step's record, the fault of all lanes."""
+
+    config: SyncConfig
+    router: BucketRouter
+    compressor: Compressor | None
+    lanes: list[Lane] = field(default_factory=list)
+    fault: Fault = field(default_factory=Fault)
+    step: StepRecord = field(default_factory=StepRecord)
+    keys: set[Any] = field(default_factory=set)
 
 
 @dataclass
 class ZenHookState:
-    """Hyper-parameters of the hook, its communication lanes, and the last step's record.
+    """The hook's settings (the fields users set), its step counter and last step's record; the runtime
+    (lanes, router, compressor) lives in one private object.
 
     `sparse_params`: the embeddings, as modules (every nn.Embedding / nn.EmbeddingBag inside, torchrec's
     collections included) and/or parameters; their rows go through `scheme`, everything else through dense
@@ -105,15 +115,17 @@ class ZenHookState:
     DDP gives every rank the same buckets, so what it catches later is rare (a rank configured differently
     from the start is caught at once). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
     (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`:
-    buckets in flight at once. `asynchronous=False` runs each bucket inside the hook call (no overlap with
-    backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign", "qsgd") of
-    `density` (and `compress_options`) for every dense part, and with `compress_rows` for the embedding rows too
-    (else those keep their natural sparsity); the result is the mean of what the ranks' compressors chose,
-    exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`). `ranks_per_node` > 1
-    (it must divide the world size; the default group only): the embedding rows take the two-level path
-    (zen.twolevel: dense inside each node of that many consecutive ranks, `scheme` across nodes); dense parts,
-    compressed parts and COO gradients stay flat over all ranks; `intra="sparse"`: sparse node steps (for a
-    node link not much faster than the uplink)."""
+    buckets in flight at once on gloo (NCCL: one). `asynchronous=False` runs each bucket inside the hook call
+    (no overlap with backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign",
+    "qsgd") of `density` (and `compress_options`) for every dense part, and with `compress_rows` for the
+    embedding rows too (else those keep their natural sparsity); the result is the mean of what the ranks'
+    compressors chose, exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`).
+    `ranks_per_node` > 1 (it must divide the world size; the default group only): the embedding rows take the
+    two-level path (zen.twolevel: dense inside each node of that many consecutive ranks, `scheme` across
+    nodes); dense parts, compressed parts and COO gradients stay flat over all ranks; `intra="sparse"`:
+    sparse node steps (for a node link not much faster than the uplink). `gloo_batch`: put gloo's event-loop
+    threads of the hook's groups under SCHED_BATCH (zen.comm.scheduling; it changes this process's threads,
+    so it is opt-in)."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
@@ -132,43 +144,41 @@ class ZenHookState:
     compress_rows: bool = False
     ranks_per_node: int = 1
     intra: str = "dense"
+    gloo_batch: bool = False
     iteration: int = 0
     last_step: StepRecord = field(default_factory=StepRecord)
-    _step: StepRecord = field(default_factory=StepRecord, repr=False)
-    _router: BucketRouter | None = field(default=None, repr=False)
-    _lanes: list[Lane] = field(default_factory=list, repr=False)
-    _fault: Fault = field(default_factory=Fault, repr=False)
-    _compressor: Compressor | None = field(default=None, repr=False)
-    _keys: set[tuple[int, ...]] = field(default_factory=set, repr=False)
-    _sparse_input: bool = field(default=True, repr=False)
+    _runtime: HookRuntime | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.nonfinite not in NONFINITE:
-            raise ZenInputError(f"nonfinite must be one of {NONFINITE}, got {self.nonfinite!r}")
         if self.check_every < 0:
             raise ZenInputError(f"check_every must be >= 0 (0: never), got {self.check_every}")
         if self.timeout_s is not None:
             timeout_seconds(self.timeout_s)
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
+        config = SyncConfig(
+            scheme=self.scheme, options=frozen(self.options), compress=self.compress, density=self.density,
+            compress_options=frozen(self.compress_options), compress_rows=self.compress_rows,
+            ranks_per_node=self.ranks_per_node, intra=self.intra, validate=self.validate, nonfinite=self.nonfinite,
+            extra=frozen({"hook": True, "check_every": self.check_every, "average": self.average}))
         self._check_ranks_per_node()
-        if self.intra not in INTRA_MODES:
-            raise ZenInputError(f"intra must be one of {INTRA_MODES}, got {self.intra!r}")
-        # unknown names and bad options fail here, not inside backward
-        self._sparse_input = self._make_scheme(self.scheme).sparse_input
-        if self.compress is not None:
-            self._compressor = make_compressor(self.compress, self.density, **self.compress_options)
-        self._router = BucketRouter(None if self.sparse_params is None else embedding_params(self.sparse_params))
+        make_scheme(self.scheme, **self.options)  # unknown names and bad options fail here, not inside backward
+        compressor = make_compressor(self.compress, self.density, **self.compress_options) if self.compress else None
+        router = BucketRouter(None if self.sparse_params is None else embedding_params(self.sparse_params))
+        self._runtime = HookRuntime(config, router, compressor)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(group=None, _lanes=[], _fault=Fault(), sparse_params=None, _keys=set())
+        state.update(group=None, sparse_params=None, _runtime=None)
         return state
+
+    @property
+    def runtime(self) -> HookRuntime:
+        assert self._runtime is not None, "a ZenHookState unpickled without its runtime: build a new one"
+        return self._runtime
 
     def _check_ranks_per_node(self) -> None:
         """ZenInputError (alike on every rank) for a ranks_per_node the world cannot be cut into."""
-        if self.ranks_per_node < 1:
-            raise ZenInputError(f"ranks_per_node must be >= 1 (1: flat), got {self.ranks_per_node}")
         if self.ranks_per_node > 1 and self.group is not None:
             raise ZenInputError("zen: ranks_per_node > 1 needs the default group (group=None): its node groups "
                                 "are made of all ranks")
@@ -178,31 +188,32 @@ class ZenHookState:
     @property
     def call_code(self) -> int:
         """What every rank's hook must agree on, as the code its calls carry (zen.comm.base)."""
-        squeeze = self._compressor.config if self._compressor is not None else None
-        two_level = f"|ranks_per_node={self.ranks_per_node}|{self.intra}" if self.ranks_per_node > 1 else ""
-        return code_of(f"hook|{scheme_config(self.scheme, self.options)}|validate={self.validate}|"
-                       f"check_every={self.check_every}|nonfinite={self.nonfinite}|average={self.average}|"
-                       f"compress={squeeze}|rows={self.compress_rows}" + two_level)
+        return self.runtime.config.code()
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
 
-    def _make_scheme(self, name: str) -> Scheme:
-        return make_scheme(name, **(self.options if name == self.scheme else {}))
-
-    def lane(self, bucket_index: int) -> Lane:
+    def lane(self, bucket: dist.GradBucket) -> Lane:
         """The lane of a bucket; all lanes are made at the first call, on every rank at the same point (the
         first bucket), each with a process group of its own over `group`'s ranks (and, two-level, sub-groups
         of its own, made once every rank is known to want the same ones)."""
-        if not self._lanes:
+        rt = self.runtime
+        if not rt.lanes:
+            device = bucket.buffer().device
             timeout = datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
-            groups = [self._created(lambda: self.group if self.group is not None else dist.new_group(timeout=timeout))
-                      for _ in range(1 if self.group is not None else self.lanes)]
-            comms = [DistComm(group, timeout_s=self.timeout_s) for group in groups]
+            first = self._created(lambda: self.group if self.group is not None else dist.new_group(timeout=timeout))
+            comms = [DistComm(first, timeout_s=self.timeout_s, device=device)]
+            count = 1 if self.group is not None or comms[0].rules.ordered else self.lanes
+            for _ in range(count - 1):
+                comms.append(DistComm(self._created(lambda: dist.new_group(timeout=timeout)),
+                                      timeout_s=self.timeout_s, device=device))
             self._agree_ranks_per_node(comms[0])
-            self._lanes = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
-            calm_gloo(dist.get_backend(groups[0]))  # the new groups' event loops (and a torchrun world's)
-        return self._lanes[bucket_index % len(self._lanes)]
+            rt.lanes = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
+            if self.gloo_batch:
+                from zen.comm.scheduling import calm_gloo
+
+                calm_gloo(comms[0].backend)
+        return rt.lanes[bucket.index() % len(rt.lanes)]
 
     def _created(self, make: Callable[[], T]) -> T:
         """`make()` (process groups): a peer that never reaches its first bucket is a ZenCommError."""
@@ -218,24 +229,19 @@ class ZenHookState:
         if self.ranks_per_node == 1:
             return
         nodes_of(comm.world_size, self.ranks_per_node)
-        mine = torch.tensor([self.ranks_per_node], dtype=torch.int64, device=comm.device)
-        seen = comm.all_gather_fixed(mine).view(-1).tolist()
+        seen = [row[0] for row in comm.all_gather_fixed([self.ranks_per_node])]
         if len(set(seen)) > 1:
             raise ZenInputError(f"zen: rank {comm.rank}: ranks_per_node differs across ranks ({seen})")
 
     def _new_lane(self, k: int, comm: DistComm) -> Lane:
-        nodes = None
+        rt = self.runtime
+        nodes: NodeComms | None = None
         if self.ranks_per_node > 1:
-            nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s, self.intra))
-        setup = (lambda: torch.cuda.set_device(comm.device)) if comm.device.type == "cuda" else None
-        return Lane(comm, CommWorker(name=f"zen-comm-{k}", setup=setup, fault=self._fault), self._make_scheme, nodes)
-
-    def squeezes(self, part: Part) -> bool:
-        """Whether the compressor takes this part: dense parts, and embedding rows with `compress_rows` (or
-        when no embeddings were named: every bucket whole)."""
-        assert self._router is not None
-        rows_too = self.compress_rows or self._router.everything_sparse
-        return self._compressor is not None and not part.coo and (not part.sparse or rows_too)
+            nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s, self.intra,
+                                                          device=comm.device))
+        syncer = Synchronizer(rt.config, comm, nodes, compressor=rt.compressor)
+        worker = CommWorker(name=f"zen-comm-{k}", device=comm.device, fault=rt.fault)
+        return Lane(comm, worker, Stream(comm.device), syncer)
 
     def check_due(self) -> bool:
         periodic = self.check_every > 0 and self.iteration % self.check_every == 0
@@ -244,17 +250,17 @@ class ZenHookState:
 
 def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """hook(state, bucket) -> Future of the synchronized bucket buffer (COO for a sparse gradient)."""
-    assert state._router is not None
-    parts = state._router.split(bucket)
-    step, check, lane = state._step, state.check_due(), state.lane(bucket.index())
-    code = code_of(f"{state.call_code}|step={state.iteration}|bucket={bucket.index()}")  # a skipped step shows
-    done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    ctxs = [PartContext(p.key, bucket.index() * 1_024 + i, state.iteration, lane.comm.world_size)
-            if state.squeezes(p) else None for i, p in enumerate(parts)]
-    state._keys.update(p.key for p in parts)
+    rt = state.runtime
+    parts = rt.router.split(bucket)
+    record, check, lane = rt.step, state.check_due(), state.lane(bucket)
+    tag = (state.iteration, bucket.index())  # a skipped step or bucket shows in the headers
+    done = result_future(lane.comm.device)
+    mark = lane.stream.mark()  # backward's writes of this bucket, on DDP's stream
+    rt.keys.update(p.key for p in parts)
+    iteration = state.iteration
 
     def job() -> None:
-        _sync_bucket(state, lane, bucket.buffer(), parts, ctxs, step, check, code, done)
+        _sync_bucket(state, lane, bucket.buffer(), parts, record, check, tag, iteration, mark, done)
 
     if state.asynchronous:
         lane.worker.submit(job, done, inline_if_idle=bucket.is_last())
@@ -262,12 +268,12 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
         try:
             job()
         except Exception as exc:  # noqa: BLE001 - the future carries it to backward, as in the async case
-            state._fault.fail(done, exc)
+            rt.fault.fail(done, exc)
     if bucket.is_last():
-        if state._compressor is not None:  # DDP rebuilt its buckets: the old parts' residuals go
-            state._compressor.prune(state._keys)
+        if rt.compressor is not None:  # DDP rebuilt its buckets: the old parts' residuals go
+            rt.compressor.prune(rt.keys)
         state.iteration += 1
-        state.last_step, state._step, state._keys = step, StepRecord(), set()
+        state.last_step, rt.step, rt.keys = record, StepRecord(), set()
     return done.then(_unwrap)
 
 
@@ -280,69 +286,27 @@ def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
         raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: list[Part],
-                 ctxs: list[PartContext | None], step: StepRecord, check: bool, code: int,
-                 done: torch.futures.Future) -> None:
-    """One bucket: its parts compressed (where `ctxs` says), one input check for all of them (if due), the
-    dense parts' all-reduces issued, the sparse parts synchronized; `done` completes when the all-reduces
-    have too."""
-    comm, nodes = lane.comm, lane.nodes
-    comm.begin_call(code, sizes_agreed=True)
-    if nodes is not None:
-        nodes.begin_call(code, sizes_agreed=True)
-    divisor = comm.world_size if state.average else 1
-    squeezer = state._compressor
-    own = [c is not None and squeezer is not None and squeezer.own_exchange for c in ctxs]  # a quantizer's
-    # embedding rows, COO gradients and compressed parts through the scheme; the rest (or all if the scheme
-    # is dense) async
-    through = [p.coo or ((p.sparse or c is not None) and state._sparse_input and not o)
-               for p, c, o in zip(parts, ctxs, own, strict=True)]
-    names = [state.scheme if t else DENSE for t in through]
-    schemes = [lane.scheme(n, p.key) for n, p in zip(names, parts, strict=True)]
-    grads = [prepare(scheme, p.tensor, rows=t and not p.coo and c is None,
-                     extract=nodes is None or nodes.mode == "sparse" or p.coo or c is not None,
-                     compressor=squeezer if c is not None else None, ctx=c)
-             for p, scheme, t, c in zip(parts, schemes, through, ctxs, strict=True)]
-    start = time.perf_counter()
-    if check:
-        meta = SyncStats()
-        step.parts.append((meta, False))
-        comm.traffic = meta.traffic
-        check_parts([(g, tuple(p.tensor.shape), n) for g, p, n in zip(grads, parts, names, strict=True)], comm,
-                    check_finite=state.nonfinite == "raise")
-    pending, result = [], buffer
-    for part, scheme, grad, scheme_path, ctx, quantized in zip(parts, schemes, grads, through, ctxs, own, strict=True):
-        stats = SyncStats()
-        step.parts.append((stats, part.sparse))
-        if quantized:
-            assert squeezer is not None and ctx is not None
-            comm.traffic = stats.traffic
-            squeezer.exchange(part.tensor, ctx, comm, part.tensor, divisor)
-            step.spans.append((start, time.perf_counter()))
-        elif scheme_path:
-            out, _ = run(scheme, part.tensor, grad, comm, None if part.coo else part.tensor, divisor,
-                         sparse_result=part.coo, stats=stats, nodes=None if part.coo or ctx is not None else nodes)
-            step.spans.append((start, time.perf_counter()))
-            result = out if part.coo else result
-        else:
-            pending.append(state._fault.track(_dense_part(comm, part.tensor, divisor, stats, step, start)))
-        if ctx is not None and squeezer is not None:
-            stats.extra["residual_norm"] = squeezer.residual_norm(ctx.key)
-        start = time.perf_counter()
-    settle(done, result, pending, state._fault)
-
-
-def _dense_part(comm: DistComm, tensor: torch.Tensor, divisor: int, stats: SyncStats, step: StepRecord,
-                start: float) -> torch.futures.Future:
-    """A dense part's asynchronous all-reduce; the future divides it and records its span."""
-    comm.traffic = stats.traffic
-    summed = comm.all_reduce_async(tensor, phase=DENSE)
-
-    def finish(fut: torch.futures.Future) -> torch.Tensor:
-        result = fut.value()
-        if divisor != 1:
-            result.div_(divisor)
-        step.spans.append((start, time.perf_counter()))
-        return result
-
-    return summed.then(finish)
+def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: list[Part], record: StepRecord,
+                 check: bool, tag: tuple[int, int], iteration: int, mark: Any, done: torch.futures.Future) -> None:
+    """One bucket on its lane's stream, after backward's writes of it: the synchronizer's call over its parts
+    (one input check for all of them, if due), then `done` once the dense parts' all-reduces have completed
+    too (zen.ddp.worker.settle)."""
+    rt = state.runtime
+    with on(lane.comm.device), lane.stream.use():
+        lane.stream.waits(mark)
+        clock = Clock(lane.comm.device).start()
+        meta = None
+        if check:
+            meta = SyncStats()
+            record.parts.append((meta, False))
+        outcomes = lane.syncer.run(parts, tag=tag, check=check, sizes_agreed=True, step=iteration,
+                                   divisor=lane.comm.world_size if state.average else 1,
+                                   everything_sparse=rt.router.everything_sparse, check_stats=meta)
+        result = buffer
+        for part, outcome in zip(parts, outcomes, strict=True):
+            record.parts.append((outcome.stats, outcome.sparse))
+            if part.sparse_result:
+                result = outcome.result
+        pending = [rt.fault.track(o.pending) for o in outcomes if o.pending is not None]
+        record.spans.append(clock)
+        settle(done, result, pending, rt.fault, on_done=clock.stop)

@@ -14,13 +14,16 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
+from zen.comm.base import Pending
+from zen.device import on
 from zen.types import ZenCommError, ZenInputError
 
 Job = Callable[[], None]
+T = TypeVar("T", torch.futures.Future, Pending)
 
 
 class Fault:
@@ -40,12 +43,15 @@ class Fault:
         if self.failure is None and not isinstance(exc, ZenInputError):
             self.failure = exc
 
-    def track(self, fut: torch.futures.Future) -> torch.futures.Future:
-        """Count `fut` as work in flight until it completes; returns it."""
-        with self._lock:
-            self._in_flight = [f for f in self._in_flight if not f.done()]
-            self._in_flight.append(fut)
-        return fut
+    def track(self, work: T) -> T:
+        """Count `work` (a Future, or a Pending whose future carries its data) as in flight until it completes;
+        returns it. A Pending waited for by its lane (NCCL) ends before the lane's job does."""
+        fut = work.future if isinstance(work, Pending) else work
+        if fut is not None:
+            with self._lock:
+                self._in_flight = [f for f in self._in_flight if not f.done()]
+                self._in_flight.append(fut)
+        return work
 
     def fail(self, done: torch.futures.Future, exc: BaseException) -> None:
         """Fail `done` with `exc` once no tracked work is in flight."""
@@ -61,9 +67,9 @@ class Fault:
 class CommWorker:
     """A daemon thread that runs submitted jobs one at a time, in submission order."""
 
-    def __init__(self, name: str = "zen-comm", setup: Callable[[], None] | None = None, fault: Fault | None = None):
+    def __init__(self, name: str = "zen-comm", device: torch.device | None = None, fault: Fault | None = None):
         self._jobs: queue.SimpleQueue[tuple[Job, torch.futures.Future] | None] = queue.SimpleQueue()
-        self._setup = setup
+        self._device = device or torch.device("cpu")
         self.fault = fault or Fault()
         self._pending = 0  # submitted jobs not finished yet
         self._lock = threading.Lock()
@@ -88,12 +94,11 @@ class CommWorker:
         self._thread.join(timeout=5.0)
 
     def _loop(self) -> None:
-        if self._setup is not None:
-            self._setup()
-        while (item := self._jobs.get()) is not None:
-            self._run(*item)
-            with self._lock:
-                self._pending -= 1
+        with on(self._device):  # a new thread's current device is 0
+            while (item := self._jobs.get()) is not None:
+                self._run(*item)
+                with self._lock:
+                    self._pending -= 1
 
     def _run(self, job: Job, done: torch.futures.Future) -> None:
         if self.fault.failure is not None:
@@ -118,24 +123,35 @@ def _fail(done: torch.futures.Future, exc: BaseException) -> None:
         done.set_exception(exc)
 
 
-def settle(done: torch.futures.Future, result: Any, pending: list[torch.futures.Future], fault: Fault) -> None:
-    """Complete `done` with `result` once every future in `pending` has, or fail it (through `fault`, which
-    records it) with the first error among them."""
+def settle(done: torch.futures.Future, result: Any, pending: list[Pending], fault: Fault,
+           on_done: Callable[[], object] = lambda: None) -> None:
+    """Complete `done` with `result` once every pending all-reduce has, or fail it (through `fault`, which
+    records it) with the first error among them. Backends whose futures carry the data (gloo) chain on them,
+    so the lane goes on meanwhile; on NCCL the lane waits on each (a stream dependency, polled for its
+    timeout) and completes `done` on its stream, which makes DDP's stream wait for it."""
+    if any(not p.carries_data for p in pending):
+        for p in pending:
+            p.wait()
+        on_done()
+        done.set_result(result)
+        return
     if not pending:
+        on_done()
         done.set_result(result)
         return
 
     def finish(_: torch.futures.Future) -> None:
-        for fut in pending:
+        for p in pending:
             try:
-                fut.value()
+                p.wait()
             except BaseException as exc:  # noqa: BLE001 - handed on through the future
                 fault.record(exc)
                 fault.fail(done, exc)
                 return
+        on_done()
         done.set_result(result)
 
-    all_settled(pending).then(finish)
+    all_settled([p.future for p in pending if p.future is not None]).then(finish)
 
 
 def all_settled(futures: list[torch.futures.Future]) -> torch.futures.Future:

@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 import torch
 
+from zen.device import accelerated
+
 
 class HashFamily(Protocol):
     """What the kernels take of a zen.hashing.HashFamily: its (a, b) pair per level (the native layer sits
@@ -52,8 +54,8 @@ def get(device: torch.device | str = "cpu") -> ModuleType | None:
     if not enabled():
         return None
     kind = torch.device(device).type
-    if kind not in ("cpu", "cuda"):
-        return None
+    if kind not in ("cpu", "cuda") or (kind == "cpu" and accelerated(torch.device("cpu"))):
+        return None  # the host under emulation takes the accelerator's torch-op path (zen.device)
     if kind not in _loaded:
         with _lock:
             if kind not in _loaded:
@@ -83,10 +85,9 @@ def _load(kind: str) -> ModuleType | None:
     except Exception as exc:  # any build or load failure means: fall back, never break a sync
         reason = (str(exc).strip().splitlines() or [""])[0][:300]
         _log.warning(
-            "zen native %s kernels unavailable (%s: %s); using the slower torch-op path. "
-            "Run `zen build --verbose` for the compiler output, or set ZEN_NATIVE=0 to skip native kernels.",
-            kind, type(exc).__name__, reason,
-        )
+            "zen native %s kernels unavailable (%s: %s); every sync of this process uses the torch-op path "
+            "instead (same results, slower). `zen build --verbose` retries the build and shows the compiler "
+            "output; ZEN_NATIVE=0 skips native kernels.", kind, type(exc).__name__, reason)
         return None
 
 
@@ -112,7 +113,8 @@ def nonzero_rows(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | Non
 def hierarchical_hash(
     index: torch.Tensor, n: int, family: HashFamily, r1: int, r2: int
 ) -> tuple[torch.Tensor, list[int], int] | None:
-    """Algorithm 1 over `index`: (positions grouped by partition, rows per partition, serial rows)."""
+    """Algorithm 1 over `index`: (positions grouped by partition, rows per partition, serial rows). The CUDA
+    kernel learns its sizes with one host synchronization of its own and returns the counts on the host."""
     if (index.dim() != 1 or index.dtype not in INDEX_DTYPES or len(family.coeffs) > MAX_LEVELS
             or index.numel() >= 2**31 or (ext := get(index.device)) is None):
         return None

@@ -2,8 +2,10 @@
 
 The C++ extension always; the CUDA one when torch has CUDA (built for the visible GPUs plus PTX, or
 TORCH_CUDA_ARCH_LIST). Builds live in $TORCH_EXTENSIONS_DIR/zen_native, else in the repository's ignored
-build/native/ folder (the CPU build per CPU model: it is compiled with -march=native), and are reused until a
-source changes, so later loads take about a second.
+build/native/ folder, one folder per what a build is for (`build_dir`: the CPU model, as it is compiled with
+-march=native; the CUDA architectures, torch and CUDA versions; the sources), so a build is reused where it
+fits (later loads take about a second) and never loaded where it does not. A failed build is remembered in
+its folder (`FAILED`), so every rank of a job reports it once and falls back, instead of each building again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -49,18 +53,79 @@ def host_cpu_tag() -> str:
     return hashlib.sha1("\n".join([platform.machine(), *wanted]).encode()).hexdigest()[:10]
 
 
-def load_extension(kind: str, verbose: bool = False) -> ModuleType:
-    """Build (if needed) and import the `kind` ("cpu" or "cuda") extension; raises on failure."""
+def cuda_arch_list() -> str:
+    """The GPU architectures to build for: $TORCH_CUDA_ARCH_LIST if set, else every visible GPU's, with PTX of
+    the newest (a newer GPU then compiles that at load time instead of failing with "no kernel image")."""
+    import torch
+
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    archs = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    if not archs:
+        raise RuntimeError("no CUDA device visible to pick an architecture; set TORCH_CUDA_ARCH_LIST")
+    names = [f"{major}.{minor}" for major, minor in archs]
+    return ";".join(names[:-1] + [names[-1] + "+PTX"])
+
+
+def build_dir(kind: str) -> Path:
+    """Where the `kind` build lives: keyed by what it was built for, so a build never loads where it does not
+    fit. CPU: the CPU's model and flags (-march=native). CUDA: the architecture list, torch's version and
+    its CUDA version. Both: the kernels' sources."""
+    import torch
+
+    sources = hashlib.sha1(b"".join((CSRC / s).read_bytes() for s in SOURCES[kind])).hexdigest()[:8]
+    if kind == "cpu":
+        return build_root() / f"cpu-{host_cpu_tag()}-{sources}"
+    key = "|".join([cuda_arch_list(), torch.__version__, str(torch.version.cuda)])
+    return build_root() / f"cuda-{hashlib.sha1(key.encode()).hexdigest()[:10]}-{sources}"
+
+
+FAILED = "BUILD_FAILED"  # a marker in a build folder: why its build failed, so no process retries it
+
+
+def load_extension(kind: str, verbose: bool = False, retry: bool = False) -> ModuleType:
+    """Build (if needed) and import the `kind` ("cpu" or "cuda") extension; raises on failure. A failed build
+    leaves a marker in its folder, and later calls (other ranks, other runs) raise its reason at once instead
+    of building again; `retry` (zen build) tries anyway."""
     import torch
     from torch.utils import cpp_extension
 
     if kind == "cuda" and torch.version.cuda is None:
         raise RuntimeError("this torch build has no CUDA")
     name = f"zen_native_{kind}"
-    directory = build_root() / (f"cpu-{host_cpu_tag()}" if kind == "cpu" else kind)
+    directory = build_dir(kind)
     directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / FAILED
+    if marker.exists() and not retry:
+        raise RuntimeError(f"an earlier build in {directory} failed: {marker.read_text().strip()}")
     if not any(directory.glob(f"{name}*.so")):
         _log.info("building zen native %s kernels in %s (one-time, ~30 s)", kind, directory)
+    env = {"TORCH_CUDA_ARCH_LIST": cuda_arch_list()} if kind == "cuda" else {}
+    try:
+        with _environment(env):
+            module = _build(cpp_extension, name, kind, directory, verbose)
+    except Exception as exc:
+        marker.write_text(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}\n")
+        raise
+    marker.unlink(missing_ok=True)
+    return module
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _build(cpp_extension: ModuleType, name: str, kind: str, directory: Path, verbose: bool) -> ModuleType:
     return cpp_extension.load(
         name=name,
         sources=[str(CSRC / s) for s in SOURCES[kind]],
@@ -92,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     for kind in kinds:
         start = time.perf_counter()
         try:
-            module = load_extension(kind, verbose=args.verbose)
+            module = load_extension(kind, verbose=args.verbose, retry=True)
         except Exception as exc:  # report every failure, then the exit status says it
             print(f"{kind}: FAILED ({type(exc).__name__}: {exc})")
             failed += 1
