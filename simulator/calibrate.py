@@ -2,8 +2,8 @@
 recorded schedules so that the ranks' sharing of two cores is modelled honestly.
 
 Two ranks in their network namespaces (zen/netem.py) exchange buffers through the communicator's own backend
-(zen.comm.dist.DistComm's point-to-point primitive) at several sizes: the wall time of an exchange of a few
-bytes is the software latency of a message here (Python, gloo's threads, the kernel's veth and shaper), and
+(zen.comm.dist.DistComm's all-to-all, point to point on gloo) at several sizes: the wall time of an exchange
+of a few bytes is the software latency of a message here (Python, gloo's threads, the kernel's veth and shaper), and
 the processes' CPU time (every thread, user and system) per exchange, fitted against the bytes, is the CPU a
 message and a byte cost the rank beyond its recorded local work. Medians over repeats.
 """
@@ -51,7 +51,8 @@ def probe(repeats: int = 20) -> dict[int, tuple[float, float]]:
         for i in range(repeats + 2):
             dist.barrier()
             wall, cpu = time.perf_counter(), time.process_time()
-            comm._sendrecv(peer, buf, size)
+            sizes = [size if j == peer else 0 for j in range(2)]
+            comm._all_to_all(buf, sizes, sizes)
             if i >= 2:
                 walls.append(time.perf_counter() - wall)
                 cpus.append(time.process_time() - cpu)

@@ -22,7 +22,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from simulator.platform import SPEED, Platform
-from simulator.schedule import Comm, Compute, Signal, StepResult, Stream, Wait
+from simulator.schedule import P2P, Comm, Compute, Signal, StepResult, Stream, Wait
 
 Round = tuple[list[tuple[int, int]], list[int]]  # (sends: (peer, bytes), receives: peers)
 
@@ -37,7 +37,7 @@ def rounds(op: Comm, rank: int, world: int, all_gather: str = "bruck", gpus: int
     """The message rounds of one primitive on `rank`: each round's sends and receives are posted together
     and the next round starts when all of them are done. `gpus` > 1 (machines of that many GPUs): an
     all-reduce runs as NCCL's across machines (`_two_level_all_reduce`)."""
-    if op.kind in ("all_to_all", "all_gather_bytes", "sendrecv"):
+    if op.kind in P2P:
         yield sorted(op.sends.items()), sorted(op.recvs)
         return
     if op.kind == "all_reduce" and gpus > 1 and op.group is None:

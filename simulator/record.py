@@ -1,11 +1,12 @@
 """A recording communicator: each scheme's message schedule for one call, taken from the real scheme code.
 
 `RecordingComm` is the in-process simulated group's communicator (zen.comm.sim.SimComm) with its backend
-primitives wrapped: whatever primitive the communicator uses (an all-to-all, an all-gather of bytes, a
-point-to-point exchange, a ring all-reduce, a fixed all-gather) is written down as the bytes it sends to and
-receives from each peer, exactly the wire buffers, headers included; zero-byte entries are not messages (a
-transport posts nothing for them). So the counted collectives above it (zen.comm.base), and any scheme, are
-recorded without being re-derived, and the record adds up to the bytes the communicator counted.
+primitives wrapped: whatever primitive the communicator uses (an exchange round's all-to-all of one packed
+buffer, an all-gather of bytes, a ring all-reduce, waited for or issued, a fixed all-gather) is written down
+as the bytes it sends to and receives from each peer, exactly the wire buffers, headers included; zero-byte
+entries are not messages (gloo posts nothing for them). So the counted collectives above it (zen.comm.base),
+and any scheme, are recorded without being re-derived, and the record adds up to the bytes the communicator
+counted.
 
 The local work between two primitives is timed too: the virtual ranks pass a baton, so exactly one of them
 runs at a time (on one thread, as each rank of `zen train` runs: OMP_NUM_THREADS=1), and the time from
@@ -23,10 +24,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from simulator.schedule import Comm, Compute, Item
-from zen.api import prepare, run
-from zen.comm.base import code_of
 from zen.comm.sim import SimComm, SimGroup
 from zen.registry import Scheme
+from zen.sync import Part, SyncConfig, Synchronizer
 from zen.types import Traffic
 
 RankFn = Callable[[SimComm, int], object]
@@ -78,22 +78,17 @@ class RecordingComm(SimComm):
         self._note("all_gather", {}, {}, tensor.numel() * tensor.element_size(), tensor.element_size())
         return out
 
-    def _all_to_all(self, bufs: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
-        out = self._around(lambda: super(RecordingComm, self)._all_to_all(bufs, recv_sizes))
+    def _all_to_all(self, send: torch.Tensor, send_sizes: list[int], recv_sizes: list[int]) -> torch.Tensor:
+        out = self._around(lambda: super(RecordingComm, self)._all_to_all(send, send_sizes, recv_sizes))
         others = [j for j in range(self.world_size) if j != self.rank]
-        self._note("all_to_all", {j: int(bufs[j].numel()) for j in others}, {j: int(recv_sizes[j]) for j in others})
-        return out
+        self._note("all_to_all", {j: send_sizes[j] for j in others}, {j: recv_sizes[j] for j in others})
+        return out  # type: ignore[return-value]
 
     def _all_gather_bytes(self, buf: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
         out = self._around(lambda: super(RecordingComm, self)._all_gather_bytes(buf, sizes))
         others = [j for j in range(self.world_size) if j != self.rank]
         self._note("all_gather_bytes", {j: int(buf.numel()) for j in others}, {j: int(sizes[j]) for j in others})
-        return out
-
-    def _sendrecv(self, peer: int, send: torch.Tensor | None, recv_size: int | None) -> torch.Tensor | None:
-        out = self._around(lambda: super(RecordingComm, self)._sendrecv(peer, send, recv_size))
-        self._note("sendrecv", {peer: int(send.numel()) if send is not None else 0}, {peer: int(recv_size or 0)})
-        return out
+        return out  # type: ignore[return-value]
 
 
 def record_once(fn: RankFn, world: int, call: str, seed: int = 0) -> tuple[list[list[Item]], list[object]]:
@@ -166,27 +161,27 @@ def counted(items: list[Item], rank: int, world: int) -> tuple[int, int]:
     return sent, received
 
 
-def part_call(schemes: Sequence[Scheme] | None, originals: Sequence[torch.Tensor], divisor: int
-              ) -> Callable[[], RankFn]:
-    """`make_fn` of one bucket part as the DDP hook syncs it (zen.ddp.hook): with `schemes` (one instance per
-    rank, so a scheme's per-size state persists across calls) the scheme on the table's rows, in place, the
-    mean divided on the way; without, the dense part's asynchronous all-reduce. Each rank returns the
-    call's Traffic (the communicator's count)."""
+def part_call(scheme: str | None, originals: Sequence[torch.Tensor], divisor: int,
+              instances: Sequence[Scheme] | None = None) -> Callable[[], RankFn]:
+    """`make_fn` of one bucket part as the DDP hook syncs it (zen.ddp.hook): the synchronizer's call on the
+    part as a view of the bucket, in place, after the first steps (no input check, sizes agreed), the mean
+    divided on the way. `scheme` with one instance per rank (`instances`, so a scheme's per-size state
+    persists across calls): the table's rows through it; None: a dense part, the asynchronous all-reduce
+    (waited for). Each rank returns the call's Traffic (the communicator's count)."""
+    config = SyncConfig(scheme=scheme or "allreduce", nonfinite="pass")
 
     def make() -> RankFn:
         work = [t.clone() for t in originals]
 
         def fn(comm: SimComm, rank: int) -> Traffic:
-            tensor = work[rank]
-            if schemes is None:
-                comm.traffic = Traffic()
-                comm.begin_call(0, sizes_agreed=True)
-                comm.all_reduce_async(tensor, phase="allreduce").wait()
-                tensor.div_(divisor)
-                return comm.traffic
-            comm.begin_call(code_of(schemes[rank].config), sizes_agreed=True)
-            grad = prepare(schemes[rank], tensor, rows=True)
-            return run(schemes[rank], tensor, grad, comm, tensor, divisor)[1].traffic
+            instance = instances[rank] if instances is not None else None
+            part = Part(work[rank], rows=scheme is not None, sparse=scheme is not None, key="part",
+                        out=work[rank])
+            (outcome,) = Synchronizer(config, comm, instance=instance).run([part], check=False, sizes_agreed=True,
+                                                                          divisor=divisor)
+            if outcome.pending is not None:
+                outcome.pending.wait()
+            return outcome.stats.traffic
 
         return fn
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-P2P = ("all_to_all", "all_gather_bytes", "sendrecv")
+P2P = ("all_to_all", "all_gather_bytes")
 COLLECTIVES = ("all_reduce", "all_gather")
 
 

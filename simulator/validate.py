@@ -67,7 +67,7 @@ def record_calls(scheme: str | None, t: Timeline, rows: list[dict[str, torch.Ten
         for i, part in enumerate(bucket.parts()):
             if part.sparse and not dense_scheme:
                 instances = [make_scheme(scheme, **options) for _ in range(world)]
-                make = part_call(instances, part_tensors(part, rows, seed + i), world)
+                make = part_call(scheme, part_tensors(part, rows, seed + i), world, instances)
             elif not part.sparse and scheme is not None and not dense_scheme:
                 continue  # a sparse scheme's dense parts: recorded once, by the caller (scheme None)
             else:

@@ -39,8 +39,8 @@ def test_two_host_transfer_matches_its_closed_form() -> None:
     """One message of S bytes between two namespaces: latency + S / link rate, exactly."""
     size, rate, latency = 50_000_000, 1e9, 3e-4
     p = platform.emulated(2, rate, latency_s=latency)
-    streams = [Stream(0, "main", [Comm("sendrecv", "c", sends={1: size})], main=True),
-               Stream(1, "main", [Comm("sendrecv", "c", recvs={0: size})], main=True)]
+    streams = [Stream(0, "main", [Comm("all_to_all", "c", sends={1: size})], main=True),
+               Stream(1, "main", [Comm("all_to_all", "c", recvs={0: size})], main=True)]
     got = engine.simulate(p, streams)
     assert got.step_s == pytest.approx(latency + 8 * size / rate, rel=1e-9)
     assert got.messages == 1
@@ -73,10 +73,10 @@ def test_nics_are_shared_by_a_machines_gpus() -> None:
     """Two GPUs of machine 0 each send S to machine 1: one NIC carries 2 S; inside a machine NVLink is quick."""
     size, nic = 25_000_000, 25e9
     p = platform.gpu_cluster(2, 2, nic, 1200e9, latency_s=0.0, intra_latency_s=0.0)
-    streams = [Stream(0, "m", [Comm("sendrecv", "c", sends={2: size})], main=True),
-               Stream(1, "m", [Comm("sendrecv", "c", sends={3: size})], main=True),
-               Stream(2, "m", [Comm("sendrecv", "c", recvs={0: size})], main=True),
-               Stream(3, "m", [Comm("sendrecv", "c", recvs={1: size})], main=True)]
+    streams = [Stream(0, "m", [Comm("all_to_all", "c", sends={2: size})], main=True),
+               Stream(1, "m", [Comm("all_to_all", "c", sends={3: size})], main=True),
+               Stream(2, "m", [Comm("all_to_all", "c", recvs={0: size})], main=True),
+               Stream(3, "m", [Comm("all_to_all", "c", recvs={1: size})], main=True)]
     assert engine.simulate(p, streams).step_s == pytest.approx(2 * 8 * size / nic, rel=1e-6)
 
 
@@ -98,7 +98,7 @@ def test_recorded_schedule_adds_up_to_the_counted_bytes(scheme: str | None) -> N
     world = 4
     tables = _tables(world)
     instances = [make_scheme(scheme) for _ in range(world)] if scheme else None
-    items, traffic = record_once(part_call(instances, tables, world)(), world, "c")
+    items, traffic = record_once(part_call(scheme, tables, world, instances)(), world, "c")
     for r in range(world):
         assert counted(items[r], r, world) == (traffic[r].bytes_sent, traffic[r].bytes_received)
         assert all(isinstance(i, Compute | Comm) for i in items[r])
@@ -116,7 +116,7 @@ def test_engine_expands_collectives_into_the_counted_bytes() -> None:
 def test_recording_repeats_keep_the_schedule_and_median_the_work() -> None:
     world = 3
     instances = [make_scheme("zen") for _ in range(world)]
-    got = record(part_call(instances, _tables(world), world), world, "c", repeats=3, warmup=2)
+    got = record(part_call("zen", _tables(world), world, instances), world, "c", repeats=3, warmup=2)
     assert [type(i) for i in got[0]][0] is Compute and any(isinstance(i, Comm) for i in got[0])
 
 
