@@ -24,7 +24,7 @@ from tempfile import TemporaryDirectory
 from simulator.platform import SPEED, Platform
 from simulator.schedule import P2P, Comm, Compute, Signal, StepResult, Stream, Wait
 
-Round = tuple[list[tuple[int, int]], list[int]]  # (sends: (peer, bytes), receives: peers)
+Round = tuple[list[tuple[int, int]], list[int], float]  # (sends: (peer, bytes), receives: peers, extra latency)
 
 
 def ring_chunk(numel: int, world_size: int, rank: int) -> int:
@@ -33,55 +33,69 @@ def ring_chunk(numel: int, world_size: int, rank: int) -> int:
     return base + (1 if rank < rem else 0)
 
 
-def rounds(op: Comm, rank: int, world: int, all_gather: str = "bruck", gpus: int = 1) -> Iterator[Round]:
+def rounds(op: Comm, rank: int, world: int, platform: Platform) -> Iterator[Round]:
     """The message rounds of one primitive on `rank`: each round's sends and receives are posted together
-    and the next round starts when all of them are done. `gpus` > 1 (machines of that many GPUs): an
-    all-reduce runs as NCCL's across machines (`_two_level_all_reduce`)."""
+    and the next round starts when all of them are done (then after the round's extra latency). On machines
+    of several GPUs an all-reduce runs as NCCL's across machines (`_two_level_all_reduce`); with
+    `platform.collapse` a ring's steps go as one flow (`_ring`)."""
     if op.kind in P2P:
-        yield sorted(op.sends.items()), sorted(op.recvs)
+        yield sorted(op.sends.items()), sorted(op.recvs), 0.0
         return
-    if op.kind == "all_reduce" and gpus > 1 and op.group is None:
-        yield from _two_level_all_reduce(op, rank, world, gpus)
+    if op.kind == "all_reduce" and platform.gpus_per_node > 1 and op.group is None:
+        yield from _two_level_all_reduce(op, rank, world, platform)
         return
     members = op.group or tuple(range(world))
     size, me = len(members), members.index(rank)
-    for sends, recvs in _group_rounds(op, me, size, all_gather):
-        yield [(members[p], b) for p, b in sends], [members[p] for p in recvs]
+    for sends, recvs, extra in _group_rounds(op, me, size, platform, platform.latency_s):
+        yield [(members[p], b) for p, b in sends], [members[p] for p in recvs], extra
 
 
-def _group_rounds(op: Comm, rank: int, world: int, all_gather: str) -> Iterator[Round]:
+def _ring(steps: list[int], nxt: int, prv: int, collapse: bool, hop_s: float) -> Iterator[Round]:
+    """A ring's steps, `steps[s]` bytes to `nxt` and as many from `prv` at step s. Collapsed: one flow of their
+    sum, then the other steps' latency: on a full-bisection switch with the ring's links shared alike, the
+    same time as step by step (each step's chunk crosses the same link at the same share) with one message
+    instead of many (tests/test_simulator.py holds the two against each other)."""
+    if collapse and steps:
+        yield [(nxt, sum(steps))], [prv], (len(steps) - 1) * hop_s
+        return
+    for nbytes in steps:
+        yield [(nxt, nbytes)], [prv], 0.0
+
+
+def _group_rounds(op: Comm, rank: int, world: int, platform: Platform, hop_s: float) -> Iterator[Round]:
     """A collective's rounds in the positions of its group."""
     nxt, prv = (rank + 1) % world, (rank - 1) % world
-    if op.kind == "all_reduce":
+    if op.kind == "all_reduce":  # position p reduces (then owns) chunk p: it sends chunk p-1-s first
         numel = op.nbytes // op.itemsize
-        for step in range(2 * (world - 1)):  # position p reduces (then owns) chunk p: it sends chunk p-1-s first
-            yield [(nxt, ring_chunk(numel, world, (rank - 1 - step) % world) * op.itemsize)], [prv]
+        steps = [ring_chunk(numel, world, (rank - 1 - s) % world) * op.itemsize for s in range(2 * (world - 1))]
+        yield from _ring(steps, nxt, prv, platform.collapse, hop_s)
         return
-    if all_gather == "ring":
-        for _ in range(world - 1):
-            yield [(nxt, op.nbytes)], [prv]
+    if platform.all_gather == "ring":
+        yield from _ring([op.nbytes] * (world - 1), nxt, prv, platform.collapse, hop_s)
         return
     dist = 1
     while dist < world:  # Bruck: ceil(log2 P) rounds, round k moves min(2^k, P - 2^k) blocks
-        yield [((rank - dist) % world, min(dist, world - dist) * op.nbytes)], [(rank + dist) % world]
+        yield [((rank - dist) % world, min(dist, world - dist) * op.nbytes)], [(rank + dist) % world], 0.0
         dist *= 2
 
 
-def _two_level_all_reduce(op: Comm, rank: int, world: int, gpus: int) -> Iterator[Round]:
+def _two_level_all_reduce(op: Comm, rank: int, world: int, platform: Platform) -> Iterator[Round]:
     """A ring reduce-scatter inside the machine, a ring all-reduce of the GPU's 1/gpus across machines (one
     ring per local rank), a ring all-gather inside: the NIC carries 2 (n-1)/n of the tensor, as a flat ring's."""
+    gpus = platform.gpus_per_node
     node, local = divmod(rank, gpus)
     nodes = world // gpus
     numel = op.nbytes // op.itemsize
     nxt, prv = node * gpus + (local + 1) % gpus, node * gpus + (local - 1) % gpus
-    for step in range(gpus - 1):
-        yield [(nxt, ring_chunk(numel, gpus, (local - 1 - step) % gpus) * op.itemsize)], [prv]
+    inside = platform.intra_latency_s
+    yield from _ring([ring_chunk(numel, gpus, (local - 1 - s) % gpus) * op.itemsize for s in range(gpus - 1)],
+                     nxt, prv, platform.collapse, inside)
     shard = ring_chunk(numel, gpus, local)
     up, down = ((node + 1) % nodes) * gpus + local, ((node - 1) % nodes) * gpus + local
-    for step in range(2 * (nodes - 1)):
-        yield [(up, ring_chunk(shard, nodes, (node - 1 - step) % nodes) * op.itemsize)], [down]
-    for step in range(gpus - 1):
-        yield [(nxt, ring_chunk(numel, gpus, (local - step) % gpus) * op.itemsize)], [prv]
+    yield from _ring([ring_chunk(shard, nodes, (node - 1 - s) % nodes) * op.itemsize for s in range(2 * (nodes - 1))],
+                     up, down, platform.collapse, platform.latency_s)
+    yield from _ring([ring_chunk(numel, gpus, (local - s) % gpus) * op.itemsize for s in range(gpus - 1)],
+                     nxt, prv, platform.collapse, inside)
 
 
 def simulate(platform: Platform, streams: Sequence[Stream]) -> StepResult:
@@ -131,7 +145,7 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
 
     def communicate(stream: Stream, op: Comm) -> None:
         r = stream.rank
-        for sends, recvs in rounds(op, r, world, platform.all_gather, platform.gpus_per_node):
+        for sends, recvs, extra in rounds(op, r, world, platform):
             pending, keep = [], []
             for peer, nbytes in sends:
                 pending.append(mailbox(op.call, r, peer, "send").put_async(None, int(nbytes)))
@@ -143,6 +157,8 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
             simgrid.Comm.wait_all(pending)
             for data in keep:
                 data.get()
+            if extra > 0:
+                this_actor.sleep_for(extra)
 
     def body(stream: Stream, net: Host, cpu: Host) -> None:
         for item in stream.items:

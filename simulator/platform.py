@@ -32,6 +32,9 @@ class Platform:
     cpu_hosts: tuple[str, ...]
     all_gather: str = "bruck"
     gpus_per_node: int = 1  # > 1: all-reduces run two-level (NCCL across machines), engine.rounds
+    latency_s: float = 0.0  # a message's latency end to end between two ranks on different machines
+    intra_latency_s: float = 0.0  # ... between two GPUs of one machine
+    collapse: bool = False  # rings as one flow each (engine._ring): for clusters of many ranks
     config: tuple[str, ...] = field(default=("network/model:CM02", "network/crosstraffic:0"))
 
     @property
@@ -56,7 +59,7 @@ def emulated(ranks: int, link_bps: float, cores: int = 2, latency_s: float = 0.0
            f'    <host id="cpu" speed="{SPEED:.0f}f" core="{cores}"/>\n'
            "  </zone>\n</zone>\n</platform>\n")
     return Platform(f"emulated {ranks} x {link_bps / 1e9:g} Gbit/s, {cores} cores", xml,
-                    tuple(f"rank{r}" for r in range(ranks)), ("cpu",) * ranks)
+                    tuple(f"rank{r}" for r in range(ranks)), ("cpu",) * ranks, latency_s=latency_s)
 
 
 def gpu_cluster(nodes: int, gpus_per_node: int, nic_bps: float, intra_bps: float, latency_s: float = 10e-6,
@@ -64,7 +67,8 @@ def gpu_cluster(nodes: int, gpus_per_node: int, nic_bps: float, intra_bps: float
     """`nodes` machines of `gpus_per_node` GPUs: inside a machine every GPU has its own link (NVLink) of
     `intra_bps` to the machine's fabric; the machine's GPUs share one NIC of `nic_bps` each way to a
     full-bisection switch. One GPU per machine: a flat cluster of NICs. Ranks are numbered machine by
-    machine (as torchrun does). `latency_s`: a message's latency between machines end to end."""
+    machine (as torchrun does). `latency_s`: a message's latency between the NICs end to end (a GPU's link
+    in the machine adds `intra_latency_s`). Rings run collapsed (engine._ring)."""
     gpu = f'speed="{SPEED:.0f}f"'
     if gpus_per_node == 1:
         xml = (HEADER + '<zone id="world" routing="Full">\n'
@@ -72,7 +76,8 @@ def gpu_cluster(nodes: int, gpus_per_node: int, nic_bps: float, intra_bps: float
                f' bw="{_bps(nic_bps)}" lat="{latency_s / 2:.9g}s" sharing_policy="SPLITDUPLEX" bb_bw="1000TBps"'
                ' bb_lat="0s" bb_sharing_policy="FATPIPE"/>\n</zone>\n</platform>\n')
         hosts = tuple(f"gpu{r}" for r in range(nodes))
-        return Platform(f"{nodes} x 1 GPU, NIC {nic_bps / 1e9:g} Gbit/s", xml, hosts, hosts, all_gather="ring")
+        return Platform(f"{nodes} x 1 GPU, NIC {nic_bps / 1e9:g} Gbit/s", xml, hosts, hosts, all_gather="ring",
+                        latency_s=latency_s, collapse=True)
     lines = [HEADER + '<zone id="world" routing="Full">']
     for m in range(nodes):
         first = m * gpus_per_node
@@ -91,5 +96,6 @@ def gpu_cluster(nodes: int, gpus_per_node: int, nic_bps: float, intra_bps: float
     lines.append("</zone>\n</platform>\n")
     hosts = tuple(f"gpu{r}" for r in range(nodes * gpus_per_node))
     return Platform(f"{nodes} x {gpus_per_node} GPUs, NIC {nic_bps / 1e9:g} Gbit/s", "\n".join(lines), hosts, hosts,
-                    all_gather="ring", gpus_per_node=gpus_per_node)
+                    all_gather="ring", gpus_per_node=gpus_per_node, latency_s=latency_s + intra_latency_s,
+                    intra_latency_s=intra_latency_s, collapse=True)
 

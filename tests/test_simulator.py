@@ -106,10 +106,14 @@ def test_recorded_schedule_adds_up_to_the_counted_bytes(scheme: str | None) -> N
 
 def test_engine_expands_collectives_into_the_counted_bytes() -> None:
     """The ring all-reduce and the Bruck / ring all-gathers move, over all ranks, what the counts say."""
+    from dataclasses import replace
+
     for world in (2, 3, 5, 8):
+        emu = platform.emulated(world, 1e9)
         for op in (Comm("all_reduce", "a", nbytes=4 * 1001), Comm("all_gather", "g", nbytes=128)):
-            for algo in ("bruck", "ring"):
-                moved = sum(b for r in range(world) for sends, _ in engine.rounds(op, r, world, algo) for _, b in sends)
+            for plat in (emu, replace(emu, all_gather="ring"), replace(emu, all_gather="ring", collapse=True)):
+                moved = sum(b for r in range(world) for sends, _, _ in engine.rounds(op, r, world, plat)
+                            for _, b in sends)
                 assert moved == sum(counted([op], r, world)[0] for r in range(world))
 
 
@@ -177,3 +181,55 @@ def test_table1_presets_are_within_25_percent_of_the_papers_density(name: str) -
         if rank == 0:
             assert all(torch.equal(a.long(), b) for a, b in zip(rows, backward_rows(w, batch), strict=True))
     assert abs(sum(densities) / len(densities) / PAPER_DENSITY[name] - 1) <= 0.25
+
+
+def _record_coo(scheme: str, ids: list[torch.Tensor], rows: int, width: int, **options: object) -> list[list]:
+    """The scheme across len(ids) ranks on COO rows `ids` of a (rows, width) table, recorded (messages only)."""
+    from simulator.paper import _record_cross
+
+    shards = [[i] for i in ids]
+    return [[i for i in items if isinstance(i, Comm)] for items in _record_cross(scheme, shards, rows, width, 0,
+                                                                                  options)[0]]
+
+
+@pytest.mark.parametrize("scheme,options", [("agsparse", {}), ("sparse_ps", {}), ("zen", {"choice": "bp"}),
+                                            ("zen", {"choice": "hc"}), ("omnireduce", {})])
+def test_narrow_recordings_extrapolate_to_the_exact_schedule(scheme: str, options: dict) -> None:
+    """Where simulator.widths has a plan, the two narrow recordings' line gives, message by message, exactly the
+    bytes a recording at the true width moves (here width 48 over 4 ranks; OmniReduce at blocks 256: its plan
+    records (3, block 16) and (6, block 32))."""
+    from simulator.widths import extrapolate, plan
+
+    gen = torch.Generator().manual_seed(3)
+    rows, width = 700, 48
+    ids = [torch.randperm(rows, generator=gen)[:90].sort().values for _ in range(4)]
+    how = plan(scheme, width, options)
+    assert how is not None
+    narrow, wider = (_record_coo(scheme, ids, rows, w, **{**options, **o})
+                     for w, o in zip(how.widths, how.options, strict=True))
+    assert extrapolate(narrow, wider, how.target) == _record_coo(scheme, ids, rows, width, **options)
+
+
+def test_width_dependent_schemes_are_recorded_at_their_width() -> None:
+    from simulator.widths import plan
+
+    assert plan("sparcml", 1128, {}) is None  # its dense switch compares row bytes with id bytes
+    assert plan("omnireduce", 958, {}) is None  # gcd(958, 256) = 2: no cheaper exact recording
+    assert plan("omnireduce", 1128, {"block_size": 64}) is None
+    assert plan("unknown-scheme", 1128, {}) is None  # a new scheme is recorded exactly until shown otherwise
+
+
+@needs_simgrid
+def test_collapsed_rings_take_the_time_of_their_steps() -> None:
+    """A ring all-reduce on 3 machines x 2 GPUs (two-level) and a ring all-gather among 3 of them: one flow per
+    ring plus the steps' latency takes what the step-by-step ring takes."""
+    from dataclasses import replace
+
+    plat = platform.gpu_cluster(3, 2, 25e9, 1200e9, latency_s=5e-6)
+    streams = [Stream(r, "m", [Comm("all_reduce", "a", nbytes=4 * 300_001),
+                               Comm("all_gather", "g", nbytes=4096, group=(1, 3, 5)) if r % 2 else Compute(0.0)],
+                      main=True) for r in range(6)]
+    collapsed = engine.simulate(plat, streams)
+    stepwise = engine.simulate(replace(plat, collapse=False), streams)
+    assert collapsed.step_s == pytest.approx(stepwise.step_s, rel=1e-4)  # chunks differ by one element
+    assert collapsed.messages < stepwise.messages
