@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--repeats", type=positive_int, default=20)
     c.add_argument("--out", type=Path, required=True)
     v = sub.add_parser("validate", help="one emulated-cluster cell simulated beside its measurement")
-    v.add_argument("--measured", type=Path, required=True, help="the cell's `zen train --out` JSON")
+    v.add_argument("--measured", type=Path, nargs="+", required=True,
+                   help="`zen train --out` JSONs of one workload and world size (one per link rate)")
     v.add_argument("--timeline", type=Path, required=True, help="`python -m simulator timeline --out`")
     v.add_argument("--cost", type=Path, required=True, help="`python -m simulator calibrate --out`")
     v.add_argument("--cores", type=positive_int, default=2)
@@ -87,12 +88,13 @@ def _run(args: argparse.Namespace) -> int:
         print(cost)
         return 0
     if args.command == "validate":
-        from simulator.compare import validate_cell
+        from simulator.compare import validate_cells
 
-        for name in ("measured", "timeline", "cost"):
-            if not getattr(args, name).is_file():
-                raise UsageError(f"--{name} {getattr(args, name)}: no such file")
-        rows = validate_cell(json.loads(args.measured.read_text()), args.timeline, args.cost, args.cores)
+        for path in (*args.measured, args.timeline, args.cost):
+            if not path.is_file():
+                raise UsageError(f"{path}: no such file")
+        rows = validate_cells([json.loads(p.read_text()) for p in args.measured], args.timeline, args.cost,
+                              args.cores)
         from zen.provenance import write_csv
 
         write_csv(args.csv, rows)

@@ -1,4 +1,4 @@
-"""A measured `zen train` cell beside its simulation: the rows of results/figures/sim_validation.csv."""
+"""Measured `zen train` cells beside their simulation: the rows of results/figures/sim_validation.csv."""
 
 from __future__ import annotations
 
@@ -7,27 +7,40 @@ from typing import Any
 
 from simulator import timeline
 from simulator.calibrate import MessageCost
-from simulator.validate import batch_rows, simulate_cell
+from simulator.validate import batch_rows, launch_factor, record_cell, simulate_cell
 from zen.netem import parse_rate
 
 
-def validate_cell(report: dict[str, Any], timeline_path: Path, cost_path: Path, cores: int = 2) -> list[dict[str, Any]]:
-    """Simulate the schemes of one `zen train` report on the emulated cluster it ran on."""
-    cfg = report["config"]
-    if not cfg.get("bandwidth"):
-        raise ValueError("the run was not on the emulated cluster (no --bandwidth): nothing to simulate")
+def validate_cells(reports: list[dict[str, Any]], timeline_path: Path, cost_path: Path, cores: int = 2
+                   ) -> list[dict[str, Any]]:
+    """Simulate the schemes of `zen train` reports of one workload and world size (one per link rate) on the
+    emulated cluster they ran on: the schedules are recorded once, each launch's CPU factor from its own
+    `none` steps (simulator.validate)."""
+    cfgs = [r["config"] for r in reports]
+    if not all(c.get("bandwidth") for c in cfgs):
+        raise ValueError("a run was not on the emulated cluster (no --bandwidth): nothing to simulate")
+    cell = {(c["workload"], c["preset"], int(c["world_size"]), int(c["seed"]), int(c["warmup"])) for c in cfgs}
+    if len(cell) != 1:
+        raise ValueError(f"the reports are of different cells: {sorted(cell)}")
+    workload, preset, world, seed, warmup = cell.pop()
     t = timeline.load(timeline_path)
-    rows = batch_rows(cfg["workload"], cfg["preset"], int(cfg["world_size"]), int(cfg["seed"]), step=int(cfg["warmup"]))
-    runs = {r["scheme"]: r["summary"] for r in report["runs"]}
-    sims = simulate_cell(t, rows, parse_rate(cfg["bandwidth"]), list(runs), MessageCost.load(cost_path), cores,
-                         int(cfg["seed"]))
+    schemes = sorted({r["scheme"] for rep in reports for r in rep["runs"]})
+    rec = record_cell(t, batch_rows(workload, preset, world, seed, step=warmup), schemes,
+                      MessageCost.load(cost_path), seed)
     out = []
-    for scheme, s in runs.items():
-        sim = sims[scheme]
-        measured, simulated = 1e3 * s["iter_s_median"], 1e3 * sim.step_s
-        out.append({"workload": cfg["workload"], "scheme": scheme, "world_size": int(cfg["world_size"]),
-                    "bandwidth": cfg["bandwidth"], "measured_ms": measured, "measured_ms_lo": 1e3 * s["iter_s_p25"],
-                    "measured_ms_hi": 1e3 * s["iter_s_p75"], "simulated_ms": simulated,
-                    "simulated_comm_busy_ms": 1e3 * max(sim.comm_busy_s), "error": simulated / measured - 1,
-                    "timeline": t.source})
+    for rep in reports:
+        runs = {r["scheme"]: r["summary"] for r in rep["runs"]}
+        if "none" not in runs:
+            raise ValueError("the launch has no `none` steps: its CPU factor cannot be measured")
+        factor = launch_factor(rec, runs["none"]["iter_s_median"], cores)
+        sims = simulate_cell(rec, parse_rate(rep["config"]["bandwidth"]), list(runs), cores, factor)
+        for scheme, s in runs.items():
+            measured, simulated = 1e3 * s["iter_s_median"], 1e3 * sims[scheme].step_s
+            out.append({"workload": workload, "scheme": scheme, "world_size": world,
+                        "bandwidth": rep["config"]["bandwidth"], "measured_ms": measured,
+                        "measured_ms_lo": 1e3 * s["iter_s_p25"], "measured_ms_hi": 1e3 * s["iter_s_p75"],
+                        "simulated_ms": simulated, "error": simulated / measured - 1,
+                        "simulated_comm_busy_ms": 1e3 * max(sims[scheme].comm_busy_s),
+                        "measured_comm_busy_ms": 1e3 * (s.get("comm_busy_s_median") or 0.0),
+                        "cpu_factor": factor, "calibration": scheme == "none", "timeline": t.source})
     return out

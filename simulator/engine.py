@@ -143,10 +143,26 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
         counters[key] = k + 1
         return Mailbox.by_name(f"{call}|{src}>{dst}|{k}")
 
-    def communicate(stream: Stream, op: Comm) -> None:
+    def spend(cpu: Host, seconds: float) -> simgrid.Semaphore:
+        """`seconds` of work on `cpu` by a helper actor (an execution the caller starts on another host never
+        ends in this SimGrid's Python binding); the semaphore is released when it is done."""
+        done = simgrid.Semaphore(0)
+
+        def work() -> None:
+            this_actor.execute(seconds * SPEED)
+            done.release()
+
+        Actor.create("cpu", cpu, work)
+        return done
+
+    def communicate(stream: Stream, op: Comm, cpu: Host) -> None:
         r = stream.rank
-        for sends, recvs, extra in rounds(op, r, world, platform):
+        steps = list(rounds(op, r, world, platform))
+        for sends, recvs, extra in steps:
             pending, keep = [], []
+            work = None
+            if op.cpu_s > 0:  # the round's share of the messages' CPU, on the rank's processor, alongside
+                work = spend(cpu, op.cpu_s / len(steps))
             for peer, nbytes in sends:
                 pending.append(mailbox(op.call, r, peer, "send").put_async(None, int(nbytes)))
                 messages[0] += 1
@@ -157,6 +173,8 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
             simgrid.Comm.wait_all(pending)
             for data in keep:
                 data.get()
+            if work is not None:
+                work.acquire()
             if extra > 0:
                 this_actor.sleep_for(extra)
 
@@ -171,7 +189,7 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
                         this_actor.set_host(net)
             elif isinstance(item, Comm):
                 start = Engine.clock
-                communicate(stream, item)
+                communicate(stream, item, cpu)
                 if stream.comm:
                     busy[stream.rank].append((start, Engine.clock))
             elif isinstance(item, Signal):

@@ -29,7 +29,8 @@ class Comm:
     """One backend primitive. P2P kinds: `sends` / `recvs` map peer -> bytes, all posted at once, done when
     all are. Collectives: `nbytes` is this rank's tensor (all_reduce: the summed tensor; all_gather: one
     rank's block), the engine picks the algorithm, among `group`. `call` names the recorded call the messages
-    belong to."""
+    belong to. `cpu_s`: what its messages cost the rank's processor (the backend's threads, the kernel),
+    spent alongside the transfers, spread over the primitive's rounds."""
 
     kind: str
     call: str
@@ -38,6 +39,7 @@ class Comm:
     nbytes: int = 0
     itemsize: int = 4
     group: tuple[int, ...] | None = None  # a collective's ranks, in their order (None: every rank)
+    cpu_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in P2P + COLLECTIVES:

@@ -30,17 +30,25 @@ def main_stream(rank: int, t: Timeline, waits: Sequence[str]) -> Stream:
     return Stream(rank, "main", items, main=True)
 
 
+def ddp_calls(t: Timeline, world: int) -> Calls:
+    """DDP's own communication: each whole bucket's all-reduce, (bucket, 0) -> per rank."""
+    return {(k, 0): [[Comm("all_reduce", f"ddp{k}", nbytes=b.nbytes)] for _ in range(world)]
+            for k, b in enumerate(t.buckets)}
+
+
 def step_streams(kind: str, world: int, t: Timeline, calls: Calls | None = None, lanes: int = 2) -> list[Stream]:
     """Every rank's streams for one step. `kind`: "none", "ddp", or "hook" (a scheme through zen's hook: the
-    embedding parts' calls in `calls`; dense parts there too, as recorded all-reduces)."""
+    embedding parts' calls in `calls`; dense parts there too, as recorded all-reduces). "ddp" takes its
+    buckets' calls from `calls` when given (their messages' CPU priced), else `ddp_calls`."""
     streams: list[Stream] = []
     for r in range(world):
         if kind == "none":
             streams.append(main_stream(r, t, []))
         elif kind == "ddp":
+            own = calls if calls is not None else ddp_calls(t, world)
             queue: list[Item] = []
-            for k, bucket in enumerate(t.buckets):
-                queue += [Wait(f"ready{k}"), Comm("all_reduce", f"ddp{k}", nbytes=bucket.nbytes), Signal(f"done{k}")]
+            for k in range(len(t.buckets)):
+                queue += [Wait(f"ready{k}"), *own[k, 0][r], Signal(f"done{k}")]
             streams += [main_stream(r, t, [f"done{k}" for k in range(len(t.buckets))]),
                         Stream(r, "ddp", queue, comm=True)]
         else:

@@ -1,13 +1,23 @@
 """The simulator against the emulated cluster: the same cells `zen train --bandwidth` measures, simulated.
 
 For a (workload, world size) cell: this machine's compute timeline (`timeline.measure`), each bucket part's
-call recorded from the real scheme code on the rows each rank's batch looks up at the measured step
-(`record.part_call`: the ranks' tables as the hook gets them), the emulated platform at the link rate with
-the machine's cores shared by all ranks; then each scheme's step on SimGrid. zen's BP-or-HC trial picks,
-per embedding part, the path with the faster step (greedy from all BP), as the trial picks by time.
+call recorded once from the real scheme code on the rows each rank's batch looks up at the first measured
+step (`record.part_call`: the ranks' tables as the hook gets them), each primitive charged this machine's CPU
+per message and byte (`calibrate`); then, at every link rate the cell was measured at, the emulated platform
+(the machine's cores shared by all ranks) and each scheme's step on SimGrid. zen's BP-or-HC trial picks, per
+embedding part, the path with the faster step (greedy from all BP), as the trial picks by time.
+
+The CPU speed of a launch: every CPU second here was measured on one thread with the machine otherwise idle
+(thread CPU time); side by side with the other ranks, the kernel's and other processes' work, a second of it
+takes longer. A launch's own no-communication steps (`none`, interleaved with every scheme's steps) measure
+that factor: their measured step over their simulated one. It scales every CPU second of the launch (compute,
+the hook's recorded work, the messages' CPU); `none` itself then agrees by construction and is left out of
+the error statistics.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -15,8 +25,8 @@ from simulator import engine, platform
 from simulator.calibrate import MessageCost
 from simulator.record import counted, part_call, record
 from simulator.schedule import Comm, Compute, Item, StepResult
-from simulator.step import Calls, step_streams
-from simulator.timeline import Part, Timeline
+from simulator.step import Calls, ddp_calls, step_streams
+from simulator.timeline import Bucket, Part, Timeline
 from workloads.base import build_workload
 from zen.registry import make_scheme
 
@@ -57,9 +67,10 @@ def part_tensors(part: Part, rows: list[dict[str, torch.Tensor]], seed: int) -> 
 
 
 def record_calls(scheme: str | None, t: Timeline, rows: list[dict[str, torch.Tensor]], seed: int = 0,
-                 repeats: int = 3, **options: object) -> Calls:
+                 repeats: int = 1, warmup: int = 1, **options: object) -> Calls:
     """Every bucket part's recorded call for `scheme` (None: the dense path for every part, as `allreduce` and
-    a sparse scheme's dense parts take)."""
+    a sparse scheme's dense parts take). `warmup` unrecorded calls first (a scheme's per-size state, as after
+    the first training steps), then `repeats` recorded ones (local work: their median)."""
     world = len(rows)
     dense_scheme = scheme is None or not make_scheme(scheme, **options).sparse_input
     calls = {}
@@ -72,13 +83,14 @@ def record_calls(scheme: str | None, t: Timeline, rows: list[dict[str, torch.Ten
                 continue  # a sparse scheme's dense parts: recorded once, by the caller (scheme None)
             else:
                 make = part_call(None, part_tensors(part, rows, seed + i), world)
-            calls[k, i] = record(make, world, f"b{k}p{i}", repeats=repeats, seed=seed)
+            calls[k, i] = record(make, world, f"b{k}p{i}", repeats=repeats, warmup=warmup, seed=seed)
     return calls
 
 
 def with_costs(calls: Calls, cost: MessageCost, world: int) -> Calls:
-    """Each primitive preceded by what its messages cost the rank's CPU here (gloo, the kernel): per message
-    posted and per byte moved (calibrate.MessageCost); the rounds of a collective count as its messages."""
+    """Each primitive priced with what its messages cost the rank's CPU here (gloo's threads, the kernel), per
+    message posted and per byte moved (calibrate.MessageCost), spent alongside its transfers; the rounds of a
+    collective count as its messages."""
     out = {}
     for key, per_rank in calls.items():
         ranks = []
@@ -89,30 +101,78 @@ def with_costs(calls: Calls, cost: MessageCost, world: int) -> Calls:
                     sent, received = counted([item], r, world)
                     posts = len(item.sends) + len(item.recvs) if item.kind not in ("all_reduce", "all_gather") \
                         else 2 * (2 * (world - 1) if item.kind == "all_reduce" else max(1, (world - 1).bit_length()))
-                    seq.append(Compute(posts * cost.cpu_per_message_s + (sent + received) * cost.cpu_per_byte_s))
+                    item = replace(item, cpu_s=posts * cost.cpu_per_message_s + (sent + received) * cost.cpu_per_byte_s)
                 seq.append(item)
             ranks.append(seq)
         out[key] = ranks
     return out
 
 
-def simulate_cell(t: Timeline, rows: list[dict[str, torch.Tensor]], link_bps: float, schemes: list[str],
-                  cost: MessageCost, cores: int = 2, seed: int = 0) -> dict[str, StepResult]:
-    """Each scheme's simulated step on the emulated cluster (`none` and `ddp` included when listed)."""
+@dataclass
+class Recorded:
+    """A cell's schedules, recorded once and simulated at every link rate: per scheme its variants' calls
+    (zen: the BP and the HC path), message CPU included; torch's kinds (`none`, `ddp`) need none."""
+
+    t: Timeline
+    world: int
+    cost: MessageCost
+    calls: dict[str, dict[str, Calls]]
+    ddp: Calls
+
+
+def record_cell(t: Timeline, rows: list[dict[str, torch.Tensor]], schemes: list[str], cost: MessageCost,
+                seed: int = 0) -> Recorded:
     world = len(rows)
-    plat = platform.emulated(world, link_bps, cores, latency_s=cost.latency_s)
     dense = record_calls(None, t, rows, seed)
-    results: dict[str, StepResult] = {}
+    calls: dict[str, dict[str, Calls]] = {}
     for name in schemes:
         if name in TORCH_KINDS:
-            results[name] = engine.simulate(plat, step_streams(name, world, t))
+            continue
+        variants = {"bp": {"choice": "bp"}, "hc": {"choice": "hc"}} if name == "zen" else {"": {}}
+        calls[name] = {v: with_costs({**dense, **record_calls(name, t, rows, seed, **opts)}, cost, world)
+                       for v, opts in variants.items()}
+    return Recorded(t, world, cost, calls, with_costs(ddp_calls(t, world), cost, world))
+
+
+def scaled(t: Timeline, factor: float) -> Timeline:
+    """The timeline with every CPU second taking `factor` seconds."""
+    return replace(t, forward_s=factor * t.forward_s, backward_s=factor * t.backward_s,
+                   optimizer_s=factor * t.optimizer_s,
+                   buckets=[Bucket(factor * b.ready_s, b.params) for b in t.buckets])
+
+
+def scaled_calls(calls: Calls, factor: float) -> Calls:
+    return {key: [[_scaled(i, factor) for i in items] for items in ranks] for key, ranks in calls.items()}
+
+
+def _scaled(item: Item, factor: float) -> Item:
+    if isinstance(item, Compute):
+        return Compute(factor * item.seconds)
+    return replace(item, cpu_s=factor * item.cpu_s) if isinstance(item, Comm) else item
+
+
+def launch_factor(rec: Recorded, none_s: float, cores: int = 2) -> float:
+    """A launch's CPU factor: its measured no-communication step over the simulated one (module docstring)."""
+    plat = platform.emulated(rec.world, 1e9, cores, latency_s=rec.cost.latency_s)
+    return none_s / engine.simulate(plat, step_streams("none", rec.world, rec.t)).step_s
+
+
+def simulate_cell(rec: Recorded, link_bps: float, schemes: list[str], cores: int = 2, factor: float = 1.0
+                  ) -> dict[str, StepResult]:
+    """Each scheme's simulated step on the emulated cluster at `link_bps`, every CPU second x `factor`."""
+    plat = platform.emulated(rec.world, link_bps, cores, latency_s=rec.cost.latency_s)
+    t = scaled(rec.t, factor)
+    results: dict[str, StepResult] = {}
+    for name in schemes:
+        if name == "ddp":
+            results[name] = engine.simulate(plat, step_streams(name, rec.world, t, scaled_calls(rec.ddp, factor)))
+        elif name == "none":
+            results[name] = engine.simulate(plat, step_streams(name, rec.world, t))
         elif name == "zen":
-            paths = {c: with_costs({**dense, **record_calls("zen", t, rows, seed, choice=c)}, cost, world)
-                     for c in ("bp", "hc")}
-            results[name] = _zen(plat, t, paths)
+            results[name] = _zen(plat, t, {v: scaled_calls(c, factor) for v, c in rec.calls[name].items()})
         else:
-            own = with_costs({**dense, **record_calls(name, t, rows, seed)}, cost, world)
-            results[name] = engine.simulate(plat, step_streams("hook", world, t, own))
+            results[name] = engine.simulate(plat, step_streams("hook", rec.world, t,
+                                                               scaled_calls(rec.calls[name][""], factor)))
     return results
 
 
