@@ -45,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, required=True)
     v = sub.add_parser("validate", help="one emulated-cluster cell simulated beside its measurement")
     v.add_argument("--measured", type=Path, nargs="+", required=True,
-                   help="`zen train --out` JSONs of one workload and world size (one per link rate)")
+                   help="`zen train --out` JSONs of one workload and world size (one per link rate), or an "
+                        "aggregated training CSV (fig11_throughput.csv) with --workload and --world-size")
+    v.add_argument("--workload", help="the cell to take from a CSV")
+    v.add_argument("--world-size", type=positive_int, help="the cell to take from a CSV")
     v.add_argument("--timeline", type=Path, required=True, help="`python -m simulator timeline --out`")
     v.add_argument("--cost", type=Path, required=True, help="`python -m simulator calibrate --out`")
     v.add_argument("--cores", type=positive_int, default=2)
@@ -88,13 +91,20 @@ def _run(args: argparse.Namespace) -> int:
         print(cost)
         return 0
     if args.command == "validate":
-        from simulator.compare import validate_cells
+        from simulator.compare import reports_from_throughput, validate_cells
 
         for path in (*args.measured, args.timeline, args.cost):
             if not path.is_file():
                 raise UsageError(f"{path}: no such file")
-        rows = validate_cells([json.loads(p.read_text()) for p in args.measured], args.timeline, args.cost,
-                              args.cores)
+        reports = []
+        for path in args.measured:
+            if path.suffix == ".csv":
+                if not (args.workload and args.world_size):
+                    raise UsageError("a CSV of measurements needs --workload and --world-size")
+                reports += reports_from_throughput(path, args.workload, args.world_size)
+            else:
+                reports.append(json.loads(path.read_text()))
+        rows = validate_cells(reports, args.timeline, args.cost, args.cores)
         from zen.provenance import write_csv
 
         write_csv(args.csv, rows)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +46,24 @@ def validate_cells(reports: list[dict[str, Any]], timeline_path: Path, cost_path
                         "measured_comm_busy_ms": 1e3 * (s.get("comm_busy_s_median") or 0.0),
                         "cpu_factor": factor, "calibration": scheme == "none", "timeline": t.source})
     return out
+
+
+def reports_from_throughput(path: Path, workload: str, world: int, preset: str = "scaled", seed: int = 0,
+                            warmup: int = 3) -> list[dict[str, Any]]:
+    """The measured cells of an aggregated training CSV (the pipeline's fig11_throughput.csv: ms per step and
+    the 25th-75th percentile throughput per scheme) as `zen train` reports, one per link rate, for
+    `validate_cells` (the run's preset, seed and warm-up steps are the pipeline config's)."""
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            if row["workload"] != workload or int(row["world_size"]) != world or not row["bandwidth"] \
+                    or row.get("compress"):
+                continue
+            iter_s, rate = float(row["iter_ms"]) / 1e3, float(row["samples_per_s"])
+            runs[row["bandwidth"]].append({"scheme": row["scheme"], "summary": {
+                "iter_s_median": iter_s, "iter_s_p25": iter_s * rate / float(row["samples_per_s_hi"]),
+                "iter_s_p75": iter_s * rate / float(row["samples_per_s_lo"])}})
+    if not runs:
+        raise ValueError(f"{path}: no emulated-cluster cell of {workload} at {world} ranks")
+    return [{"config": {"workload": workload, "preset": preset, "world_size": world, "seed": seed, "warmup": warmup,
+                        "bandwidth": rate}, "runs": cell} for rate, cell in sorted(runs.items())]
