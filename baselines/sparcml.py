@@ -58,6 +58,7 @@ import torch
 
 from baselines.sparse_ps import even_bounds
 from zen.comm.base import HEAD_BYTES, Communicator, Message, gather_meta
+from zen.costmodel import Prediction, Sparsity
 from zen.fold import Fold
 from zen.grad import LocalGrad
 from zen.output import Output
@@ -275,6 +276,9 @@ class Replay:
 @register_scheme("sparcml")
 class SparCML:
     sparse_input = True
+    label = "SparCML"
+    color = "#2ca02c"  # one colour per scheme in every figure (Zen in reds)
+    marker = "^"
 
     def __init__(self, variant: str = "auto", small_bytes: int = 1 << 16):
         if variant not in (*VARIANTS, "auto"):
@@ -319,6 +323,12 @@ class SparCML:
         for s in result:
             ops.write(out.buffer, s)
         stats.extra["dense_rows"] = float(sum(s.n for s in result if s.index is None))
+
+    def closed_form(self, w: Sparsity) -> Prediction:
+        """SSAR recursive doubling with the dense switch: each round's stream is capped at dense size."""
+        levels = Fold(w.n).levels
+        dense = w.rows * w.width * w.value_bytes
+        return Prediction(sum(min(w.gamma(1 << i) * w.nnz * w.coo_row, dense) for i in range(levels)), levels)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """The variant `__call__` picks, replayed on the index sets (plus the k_i all-gather for auto)."""

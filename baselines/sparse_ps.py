@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator, count_meta, gather_v_meta
+from zen.costmodel import Prediction, Sparsity
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.output import Output
@@ -53,6 +54,10 @@ class SparseParameterServer:
     """Server j owns the contiguous row range R_j; push COO, sum once, pull COO."""
 
     sparse_input = True
+    label = "Sparse PS"
+    color = "#8c564b"  # one colour per scheme in every figure (Zen in reds)
+    marker = "P"
+    pulls = "COO, no hashing"
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         P, r = comm.world_size, comm.rank
@@ -71,6 +76,11 @@ class SparseParameterServer:
         for j, (rows, vals) in enumerate(comm.all_gather_v(message, phase="pull")):
             if j != r:
                 put_rows(out.buffer, rows, vals)
+
+    def closed_form(self, w: Sparsity) -> Prediction:
+        """Even contiguous ranges: the busiest server handles s times its share (spec: 2(n-1)(d+d^n)sM/n)."""
+        share = (w.n - 1) / w.n
+        return Prediction(share * w.skew * (1 + w.gamma(w.n)) * w.nnz * w.coo_row, 2 * (w.n - 1))
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """The module's formulas on the index sets, U being their union (no exact cancellation)."""

@@ -1,4 +1,4 @@
-"""BP's two server paths against each other, on one thread: where `zen.bp.COMPACT_RATIO` should sit.
+"""BP's two server paths against each other, on one thread: where `zen.algorithms.bp.COMPACT_RATIO` should sit.
 
     python scripts/bp_server_paths.py                       # 6.9M elements, widths 1 and 32
     python scripts/bp_server_paths.py --numel 2^23 --widths 1,128
@@ -17,11 +17,11 @@ import sys
 
 import torch
 
-from zen.bp import _compact_sum
+from zen.algorithms.bp import _compact_sum
+from zen.bench.kernels import timed
 from zen.cli_args import count
 from zen.encodings import get_encoding
 from zen.hashing import HashFamily, server_ranks, server_rows
-from zen.native.bench import timed
 from zen.rows import add_messages
 
 SHARES = (0.1, 0.2, 0.25, 0.33, 0.5)

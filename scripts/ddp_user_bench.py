@@ -1,7 +1,7 @@
 """Times scripts/ddp_user_script.py's training under every hook, dense and sparse embeddings, in one launch.
 
     python scripts/ddp_user_bench.py -n 2                      # loopback gloo
-    python scripts/ddp_user_bench.py -n 4 --bandwidth 1gbit    # emulated cluster (zen/netem.py)
+    python scripts/ddp_user_bench.py -n 4 --bandwidth 1gbit    # emulated cluster (harness/netem.py)
 
 Variants run in interleaved rounds (ddp, allreduce, zen, ddp, ...) so machine drift hits them alike; each
 row is the median ms/step over all rounds' timed steps with the 10th-90th percentile, and the ratio to
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddp_user_script import HOOKS, train  # noqa: E402
 
-from zen.launch import spawn  # noqa: E402
+from harness.launch import spawn  # noqa: E402
 
 MODELS = {"dense": ("recommender", False), "sparse": ("recommender", True), "mlp": ("dense", False)}
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     target = "ddp_user_bench:compare"
     env = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
     if args.bandwidth:
-        from zen.netem import emulated_cluster
+        from harness.netem import emulated_cluster
 
         with emulated_cluster(args.world_size, args.bandwidth) as cluster:
             where = cluster.spawn_kwargs()

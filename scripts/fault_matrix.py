@@ -3,7 +3,7 @@ repeated; one table of runs, survivors that raised, hung runs, wrong results and
 
 Usage: python scripts/fault_matrix.py [--repeats 2] [--schemes allreduce,zen,agsparse,sparcml]
 A run counts as hung when its launch overruns; as wrong when a rank returned a wrong sum (the rank bodies
-raise on one, so the launch fails); leaked: zen.launch processes left once the launch has returned.
+raise on one, so the launch fails); leaked: harness.launch processes left once the launch has returned.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zen.launch import spawn  # noqa: E402
+from harness.launch import spawn  # noqa: E402
 from zen.types import ZenCommError  # noqa: E402
 
 P = 3
@@ -26,7 +26,7 @@ def _launch_processes() -> int:
     count = 0
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and b"zen.launch" in (entry / "cmdline").read_bytes():
+            if entry.name.isdigit() and b"harness.launch" in (entry / "cmdline").read_bytes():
                 count += 1
         except OSError:
             continue

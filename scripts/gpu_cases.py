@@ -1,5 +1,5 @@
 """Rank bodies of the GPU checks (scripts/gpu_check.py: ranks sharing one GPU over gloo; scripts/nccl_check.py:
-one GPU per rank over NCCL), spawned by zen.launch with this folder on PYTHONPATH."""
+one GPU per rank over NCCL), spawned by harness.launch with this folder on PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from ddp_user_script import Recommender, train, zipf_ids
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import zen
-from zen.bench.reference import matches_reference, reference_sum
+from harness.reference import matches_reference, reference_sum
 
 
 def device() -> torch.device:
-    """This rank's GPU: its own under NCCL (zen.launch made it current), the shared one under gloo."""
+    """This rank's GPU: its own under NCCL (harness.launch made it current), the shared one under gloo."""
     return torch.device("cuda", torch.cuda.current_device())
 
 

@@ -160,7 +160,7 @@ def check_simulate(dev: torch.device, g: torch.Generator) -> None:
 
 def _ranks(target: str, kwargs: dict, ranks: int = 2) -> list:
     """`target` of scripts/gpu_cases.py on `ranks` gloo ranks sharing this GPU."""
-    from zen.launch import spawn
+    from harness.launch import spawn
 
     scripts = str(Path(__file__).resolve().parent)
     return spawn(f"gpu_cases:{target}", ranks, kwargs, timeout_s=600, env=lambda r: {"PYTHONPATH": scripts})

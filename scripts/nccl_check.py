@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Zen under real NCCL, on one machine with >= 2 GPUs: one command, a table at the end.
 
-Spawns one rank per GPU (zen.launch, backend nccl, cuda:LOCAL_RANK each) and checks, on CUDA tensors:
+Spawns one rank per GPU (harness.launch, backend nccl, cuda:LOCAL_RANK each) and checks, on CUDA tensors:
 every registered scheme lossless and alike on every rank; the DDP hook (dense and COO embeddings) against
 DDP's own NCCL allreduce; host synchronizations per hook step by thread; two-level sync (2 ranks per node)
 when there are >= 4 GPUs; and a killed rank: the survivors' next sync raises ZenCommError, none hangs.
@@ -28,7 +28,7 @@ SCRIPTS = str(Path(__file__).resolve().parent)
 
 
 def ranks(target: str, gpus: int, kwargs: dict | None = None, timeout_s: float = 600) -> list:
-    from zen.launch import spawn
+    from harness.launch import spawn
 
     return spawn(f"gpu_cases:{target}", gpus, kwargs or {}, backend="nccl", timeout_s=timeout_s,
                  env=lambda r: {"PYTHONPATH": SCRIPTS})

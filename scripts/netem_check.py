@@ -1,4 +1,4 @@
-"""Accuracy of the emulated cluster (zen/netem.py): dense gloo all_reduce time over the ring bound.
+"""Accuracy of the emulated cluster (harness/netem.py): dense gloo all_reduce time over the ring bound.
 
 Usage: python scripts/netem_check.py [--rate 1gbit] [--ranks 2 4] [--mb 10 100] [--iters 5]
 Prints one row per (ranks, size): median and min seconds over `iters` (max over ranks per iteration),
@@ -11,8 +11,8 @@ import argparse
 import statistics
 import sys
 
-from zen.launch import spawn
-from zen.netem import emulated_cluster, parse_rate, ring_allreduce_seconds
+from harness.launch import spawn
+from harness.netem import emulated_cluster, parse_rate, ring_allreduce_seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         with emulated_cluster(n, rate) as spec:
             for mb in args.mb:
                 nbytes = int(mb * 1e6)
-                per_rank = spawn("zen.netem:time_allreduce", n, {"nbytes": nbytes, "iters": args.iters},
+                per_rank = spawn("harness.netem:time_allreduce", n, {"nbytes": nbytes, "iters": args.iters},
                                  **spec.spawn_kwargs())
                 times = per_rank[0]  # every rank returns the same max-over-ranks times
                 bound = ring_allreduce_seconds(nbytes, n, rate)

@@ -21,10 +21,11 @@ from typing import Any
 
 import torch
 
-from zen.bench.harness import BenchConfig, inputs
-from zen.bench.patterns import PATTERNS
-from zen.cli_args import count, rate
-from zen.launch import spawn
+from harness.bench.harness import BenchConfig, inputs
+from harness.bench.patterns import PATTERNS
+from harness.launch import spawn
+from harness.netem import rate
+from zen.cli_args import count
 from zen.prediction import uplink_bytes
 from zen.registry import make_scheme, schemes
 from zen.twolevel import INTRA_MODES
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.calls < 2 or args.warmup < 0 or not 0 < args.density <= 1:
         parser.error("--calls >= 2, --warmup >= 0 and --density in (0, 1]")
 
-    from zen.netem import emulated_cluster
+    from harness.netem import emulated_cluster
 
     kwargs = {"scheme": args.scheme, "numel": args.numel, "density": args.density, "pattern": args.pattern,
               "ranks_per_node": k, "intra": args.intra, "calls": args.calls, "warmup": args.warmup}

@@ -1,7 +1,7 @@
 """This machine's cost of a message, measured on the emulated cluster: what the step simulator adds to the
 recorded schedules so that the ranks' sharing of two cores is modelled honestly.
 
-Two ranks in their network namespaces (zen/netem.py) exchange buffers through the communicator's own backend
+Two ranks in their network namespaces (harness/netem.py) exchange buffers through the communicator's own backend
 (zen.comm.dist.DistComm's all-to-all, point to point on gloo) at several sizes: the wall time of an exchange
 of a few bytes is the software latency of a message here (Python, gloo's threads, the kernel's veth and shaper), and
 the processes' CPU time (every thread, user and system) per exchange, fitted against the bytes, is the CPU a
@@ -35,7 +35,7 @@ class MessageCost:
 
 
 def probe(repeats: int = 20) -> dict[int, tuple[float, float]]:
-    """Rank target (zen.launch.spawn, two ranks): size -> (median wall seconds, median process CPU seconds) of
+    """Rank target (harness.launch.spawn, two ranks): size -> (median wall seconds, median process CPU seconds) of
     one exchange (each rank sends `size` bytes to the other and receives as many)."""
     import torch
     import torch.distributed as dist
@@ -62,8 +62,8 @@ def probe(repeats: int = 20) -> dict[int, tuple[float, float]]:
 
 def measure(rate: str = "1gbit", repeats: int = 20) -> MessageCost:
     """Spawn the two ranks in the emulated cluster at `rate` and fit the costs (rank 0's view)."""
-    from zen.launch import spawn
-    from zen.netem import emulated_cluster, parse_rate
+    from harness.launch import spawn
+    from harness.netem import emulated_cluster, parse_rate
 
     with emulated_cluster(2, rate) as cluster:
         got = spawn("simulator.calibrate:probe", 2, {"repeats": repeats}, **cluster.spawn_kwargs())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _rate(text: str) -> float:
-    from zen.netem import parse_rate
+    from harness.netem import parse_rate
 
     try:
         return parse_rate(text)
@@ -67,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if os.environ.get("ZEN_PIPELINE_PID", "").isdigit():  # a pipeline job goes when the pipeline goes
+            from harness.launch import exit_with
+
+            exit_with(int(os.environ["ZEN_PIPELINE_PID"]))
         return _run(args)
     except UsageError as exc:
         print(f"python -m simulator: error: {exc}", file=sys.stderr)
@@ -105,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 reports.append(json.loads(path.read_text()))
         rows = validate_cells(reports, args.timeline, args.cost, args.cores)
-        from zen.provenance import write_csv
+        from harness.provenance import write_csv
 
         write_csv(args.csv, rows)
         for r in rows:
@@ -113,8 +118,8 @@ def _run(args: argparse.Namespace) -> int:
                   f"{r['measured_ms']:8.1f} ms  simulated {r['simulated_ms']:8.1f} ms  ({r['error']:+.1%})")
         return 0
     if args.command == "paper":
+        from harness.provenance import write_csv
         from simulator.paper import table
-        from zen.provenance import write_csv
 
         if not (args.profile / "traces.pt").is_file():
             raise UsageError(f"--profile {args.profile}: no traces.pt there")

@@ -7,10 +7,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from harness.netem import parse_rate
 from simulator import timeline
 from simulator.calibrate import MessageCost
 from simulator.validate import batch_rows, launch_factor, record_cell, simulate_cell
-from zen.netem import parse_rate
 
 
 def validate_cells(reports: list[dict[str, Any]], timeline_path: Path, cost_path: Path, cores: int = 2

@@ -76,7 +76,7 @@ def roofline(s: Setting) -> Timeline:
 
 def load_sets(trace: Path) -> tuple[int, list[torch.Tensor]]:
     """A `zen profile` traces.pt as one row set per worker (parameters stacked, the last step)."""
-    from zen.bench.scale import replay_sets
+    from harness.bench.scale import replay_sets
 
     data = replay_sets(torch.load(trace, weights_only=True))
     return int(data["rows"]), [s.long() for s in data["sets"]]
@@ -201,9 +201,9 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
 
 
 def model_comm(workload: str, profile: Path, scheme: str, nodes: int, gpus: int, nic_bps: float, rows: int) -> float:
-    """The closed-form cluster model (zen.bench.cluster, `zen cluster`) on the same trace and sizes: the
+    """The closed-form cluster model (harness.bench.cluster, `zen cluster`) on the same trace and sizes: the
     simulator's analytical check (no overlap with backward, no contention between the GPUs' shards)."""
-    from zen.bench.cluster import Cluster, load_profile, step_time
+    from harness.bench.cluster import Cluster, load_profile, step_time
 
     s = SETTINGS[workload]
     width = paper_width(s, rows)

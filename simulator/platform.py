@@ -2,7 +2,7 @@
 XML, which every SimGrid 3.x reads the same way).
 
 A rank has a network host (where its messages leave from) and a processor (where its local work runs). On a
-GPU cluster both are the rank's GPU. On the emulated cluster (zen/netem.py) every rank has its own network
+GPU cluster both are the rank's GPU. On the emulated cluster (harness/netem.py) every rank has its own network
 namespace, a link shaped to the same rate each way and one bridge between them, but all ranks share this
 machine's cores: their local work runs on one host of `cores` cores that SimGrid shares among them.
 

@@ -1,4 +1,4 @@
-"""Bodies of real multi-process ranks (targets for zen.launch.spawn); each runs many cases per spawn
+"""Bodies of real multi-process ranks (targets for harness.launch.spawn); each runs many cases per spawn
 so process start-up is paid once."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 import zen
-from zen.bench.reference import matches_reference, reference_sum
+from harness.reference import matches_reference, reference_sum
 
 from .cases import CASES
 
@@ -69,7 +69,7 @@ def dead_peer(scheme: str, timeout_s: float) -> str:
 
 
 def gloo_loop() -> str:
-    """This rank's gloo event-loop policy, as zen.launch left it."""
+    """This rank's gloo event-loop policy, as harness.launch left it."""
     from zen.comm.scheduling import gloo_loop_policy
 
     return gloo_loop_policy()

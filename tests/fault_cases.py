@@ -1,4 +1,4 @@
-"""Bodies of real gloo ranks under faults (targets for zen.launch.spawn): a late peer, a skipped call, ranks
+"""Bodies of real gloo ranks under faults (targets for harness.launch.spawn): a late peer, a skipped call, ranks
 configured differently, a refused input on one rank, a re-created process group. Each returns what it saw;
 tests/test_faults.py checks that every rank raised, that no sum was wrong, and that nothing hung."""
 

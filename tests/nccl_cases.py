@@ -12,10 +12,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import zen
+from harness.reference import matches_reference, reference_sum
 from tests import nccl_rules
 from tests.compress_cases import chosen_sums
 from tests.ddp_cases import train
-from zen.bench.reference import matches_reference, reference_sum
 from zen.comm.dist import DistComm
 from zen.registry import make_scheme
 

@@ -1,7 +1,7 @@
 """TEST DOUBLE: a torch.distributed backend, "ncclrules", that moves bytes with gloo over real sockets but
 enforces NCCL's rules, so code written for NCCL is proven on a machine without GPUs (NCCL cannot run here).
 
-Importing this module registers the backend; `init_process_group("ncclrules")` (zen.launch's `backend=`)
+Importing this module registers the backend; `init_process_group("ncclrules")` (harness.launch's `backend=`)
 and `new_group` then make `RulesGroup`s. Each group (communicator) has ONE executor thread, the stand-in for
 NCCL's stream of that communicator: its operations run there, in issue order, and
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import zen
+from harness.bench.patterns import make_gradient
 from zen import costmodel
-from zen.bench.patterns import make_gradient
 from zen.comm.base import ring_chunk
 from zen.encodings import encodings, get_encoding
 from zen.hashing import HashFamily
@@ -131,7 +131,7 @@ def test_hc_gap_coded_bytes_by_hand(P: int) -> None:
     ts = grads(P, numel=1 << 15, density=0.02)
     sets = nonzero_sets(ts)
     res = zen.simulate("zen-hc", ts, ids="gaps")
-    closed = costmodel.hc(costmodel.Workload(
+    closed = costmodel.closed_form("zen-hc", costmodel.Sparsity(
         n=P, rows=1 << 15, density=sum(map(len, sets)) / P / (1 << 15),
         gamma=lambda m: len(set().union(*sets[:m])) / len(sets[0])), ids="gaps").bytes_received
     for r in range(P):
@@ -150,7 +150,7 @@ def test_hc_gap_coded_bytes_by_hand(P: int) -> None:
 def test_zen_done_criteria_small() -> None:
     """The issue's simulation criteria at a smaller size: zen <= 1.10x the BP formula with hash-bitmap
     pull and <= 0.15x allreduce; push and pull imbalance <= 1.10 for random and zipf."""
-    from zen.bench.harness import BenchConfig, rows, run_sim
+    from harness.bench.harness import BenchConfig, rows, run_sim
 
     for pattern in ("random", "zipf"):
         cfg = BenchConfig(world_size=16, numel=1 << 21, density=0.01, pattern=pattern,
@@ -158,8 +158,8 @@ def test_zen_done_criteria_small() -> None:
         table = {r["scheme"]: r for r in rows(cfg, run_sim(cfg))}
         z = table["zen"]
         M, n, d = cfg.numel, cfg.world_size, cfg.density
-        w = costmodel.Workload(n=n, rows=M, density=d, gamma=lambda m, g=z["union_density"] / d: g)
-        formula = costmodel.bp(w).bytes_received
+        w = costmodel.Sparsity(n=n, rows=M, density=d, gamma=lambda m, g=z["union_density"] / d: g)
+        formula = costmodel.closed_form("zen-bp", w).bytes_received
         assert z["choice"] == "bp"
         assert z["bytes_received_max"] <= 1.10 * formula
         assert z["bytes_received_max"] <= 0.15 * table["allreduce"]["bytes_received_max"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zen.bench.cluster import Cluster, load_profile, step_time
+from harness.bench.cluster import Cluster, load_profile, step_time
 from zen.cli import main as zen_main
 from zen.prediction import predict, totals
 from zen.types import WireLayout

@@ -11,14 +11,14 @@ import pytest
 import torch
 
 import zen
+from harness.bench.patterns import make_gradient
+from harness.launch import spawn
 from zen import native
-from zen.bench.patterns import make_gradient
 from zen.compress import compressors, make_compressor, sparsifiers
 from zen.compress.base import PartContext
 from zen.compress.qsgd import QSGD
 from zen.compress.sign import pack_signs, unpack_signs
 from zen.compress.topk import exact_topk, sampled_choose, trim_largest
-from zen.launch import spawn
 
 from .test_prediction import compare
 
@@ -261,7 +261,7 @@ def test_hook_returns_the_mean_of_what_every_rank_chose(P: int) -> None:
 def test_bench_and_model_take_compressed_inputs(compress: str, capsys) -> None:
     """zen bench --compress: every scheme correct on what the compressor chose, sparse ones moving fewer
     bytes than allreduce; zen model --compress predicts from the same sets."""
-    from zen.bench.harness import BenchConfig, run_bench
+    from harness.bench.harness import BenchConfig, run_bench
     from zen.cli import main
 
     rows = run_bench(BenchConfig(world_size=3, schemes=zen.schemes(), numel=20_000, density=0.05, repeats=1,

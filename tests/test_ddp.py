@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import zen
+from harness.launch import spawn
 from zen.comm.base import Pending
 from zen.ddp import StepRecord, ZenHookState
 from zen.ddp.worker import Fault, all_settled, settle
 from zen.device import Clock
-from zen.launch import spawn
 from zen.sync import SyncConfig, Synchronizer
 
 TOLERANCE = 1e-5

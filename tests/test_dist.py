@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import zen
-from zen.launch import spawn
+from harness.launch import spawn
 
 from .cases import CASES
 
@@ -42,7 +42,7 @@ def test_dead_peer_is_an_error_not_a_hang() -> None:
 
 
 def test_launch_calms_gloo_event_loop() -> None:
-    """Ranks spawned by zen.launch run gloo's event loop under SCHED_BATCH (no wake-up preemption of a
+    """Ranks spawned by harness.launch run gloo's event loop under SCHED_BATCH (no wake-up preemption of a
     rank holding a gloo lock); ZEN_GLOO_BATCH=0 keeps the default policy."""
     assert spawn("tests.dist_cases:gloo_loop", 2) == ["batch", "batch"]
     assert spawn("tests.dist_cases:gloo_loop", 2, env=lambda r: {"ZEN_GLOO_BATCH": "0"}) == ["default", "default"]

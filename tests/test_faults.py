@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import zen
-from zen.launch import FOLDER_PREFIX, spawn, sweep_stale_folders
+from harness.launch import FOLDER_PREFIX, spawn, sweep_stale_folders
 
 from .test_netem import _processes_in, netem  # noqa: F401 - the fixture, for the netem case
 
@@ -83,9 +83,9 @@ def test_timeouts_are_checked() -> None:
 
 _LAUNCHER = textwrap.dedent("""
     import sys
-    from zen.launch import spawn
+    from harness.launch import spawn
     if sys.argv[1] == "netem":
-        from zen.netem import emulated_cluster
+        from harness.netem import emulated_cluster
         with emulated_cluster(2, "1gbit") as spec:
             print(" ".join(spec.netns_ids()), flush=True)
             spawn("tests.fault_cases:sleeper", 2, {"seconds": 120}, **spec.spawn_kwargs())
@@ -131,7 +131,7 @@ def test_ranks_die_with_a_killed_launcher(where: str, request: pytest.FixtureReq
     try:
         ids = set(proc.stdout.readline().split())
         deadline = time.monotonic() + 60
-        while len(ranks := [p for p in _children(proc.pid) if "zen.launch" in Path(f"/proc/{p}/cmdline").read_text()
+        while len(ranks := [p for p in _children(proc.pid) if "harness.launch" in Path(f"/proc/{p}/cmdline").read_text()
                             ]) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(ranks) == 2

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from zen import native
-from zen.encodings import encodings, get_encoding, nonzero_rows, pack_bits, unpack_bits
+from zen.bits import pack_bits, unpack_bits
+from zen.encodings import encodings, get_encoding, nonzero_rows
 from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import zen
+from harness.reference import matches_reference, reference_sum
 from zen import native
-from zen.bench.reference import matches_reference, reference_sum
 from zen.encodings import encodings
 
 from .cases import CASES
@@ -72,7 +72,7 @@ def test_repeated_calls_reuse_state() -> None:
 
 
 def test_selector_picks_hc_for_disjoint_tiny_density_and_bp_for_overlap() -> None:
-    from zen.bench.patterns import make_gradient
+    from harness.bench.patterns import make_gradient
 
     P = 16
     disjoint = [make_gradient("disjoint", 1 << 18, 0.0005, r, P, seed=1) for r in range(P)]
@@ -146,8 +146,8 @@ def test_bp_compact_and_dense_paths_agree(pull: str, monkeypatch: pytest.MonkeyP
     """BP's compact path (sum over the received ids, encode from them; forced on) and its dense path
     (sum into `out`, scan S_r; forced on) give the same outputs and bytes, including rows whose sum
     cancels to exactly zero."""
-    import zen.bp
-    from zen.bench.patterns import make_gradient
+    import zen.algorithms.bp
+    from harness.bench.patterns import make_gradient
 
     P = 4
     tensors = [make_gradient("random", 4099, 0.02, r, P, seed=3) for r in range(P)]
@@ -156,7 +156,7 @@ def test_bp_compact_and_dense_paths_agree(pull: str, monkeypatch: pytest.MonkeyP
     tensors[2][0] = 1.0  # row 0 too
     runs = []
     for ratio in (0, 10**9):
-        monkeypatch.setattr(zen.bp, "COMPACT_RATIO", ratio)
+        monkeypatch.setattr(zen.algorithms.bp, "COMPACT_RATIO", ratio)
         for name in ("zen-bp", "zen"):
             res = zen.simulate(name, tensors, seed=5, warmup=1, pull=pull)
             total, magnitude = reference_sum(tensors)
@@ -175,7 +175,7 @@ def test_hc_union_survives_exact_cancellation(P: int, ids: str) -> None:
     """HC reads its union off the running sums; rows that cancel to exactly zero stay in the union
     (lossless, bytes as predicted) even when partners send them again in later rounds; with plain COO ids
     and gap-coded ones alike."""
-    from zen.bench.patterns import make_gradient
+    from harness.bench.patterns import make_gradient
     from zen.prediction import layout_and_sets, predict
 
     tensors = [make_gradient("random", 4099, 0.02, r, P, seed=3) for r in range(P)]
@@ -194,7 +194,7 @@ def test_hc_union_survives_exact_cancellation(P: int, ids: str) -> None:
 
 def _cancelling(P: int) -> list[torch.Tensor]:
     """Random rows where rank 1 cancels most of rank 0's to exactly zero (and row 0, the last row)."""
-    from zen.bench.patterns import make_gradient
+    from harness.bench.patterns import make_gradient
 
     tensors = [make_gradient("random", 4099, 0.02, r, P, seed=11) for r in range(P)]
     if P > 1:

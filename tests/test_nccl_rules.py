@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import zen
+from harness.launch import spawn
 from zen.compress import compressors
-from zen.launch import spawn
 
 from .cases import CASES
 

@@ -1,4 +1,4 @@
-"""The emulated cluster (zen/netem.py): rate parsing, shaped links, and namespaces always torn down."""
+"""The emulated cluster (harness/netem.py): rate parsing, shaped links, and namespaces always torn down."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from zen.launch import spawn
-from zen.netem import NetemError, emulated_cluster, parse_rate, ring_allreduce_seconds
+from harness.launch import spawn
+from harness.netem import NetemError, emulated_cluster, parse_rate, ring_allreduce_seconds
 from zen.types import ZenCommError
 
 RATE = "200mbit"
@@ -130,7 +130,7 @@ def test_concurrent_clusters_are_separate(netem: None) -> None:
 
 _HOLD_OPEN = """
 import sys, time
-from zen.netem import emulated_cluster
+from harness.netem import emulated_cluster
 with emulated_cluster(2, "1gbit") as spec:
     print(*spec.netns_ids(), flush=True)
     time.sleep(60)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import zen
-from zen.bench.patterns import make_gradient
+from harness.bench.patterns import make_gradient
 from zen.prediction import layout_and_sets, predict
 
 from .cases import CASES

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zen
-from zen.bench.reference import matches_reference, reference_sum
+from harness.reference import matches_reference, reference_sum
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 

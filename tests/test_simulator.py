@@ -160,6 +160,35 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(capsys) -> None:
     assert len(err) == 3 and all(line.startswith("python -m simulator: error:") for line in err)
 
 
+def test_a_training_csv_reads_back_as_one_report_per_link_rate(tmp_path, capsys) -> None:
+    """`validate --measured fig11_throughput.csv --workload W --world-size N`: the cell's rows at each emulated
+    rate, compressed and loopback rows left out, the step-time spread from the throughput's."""
+    from simulator.cli import main
+    from simulator.compare import reports_from_throughput
+
+    head = "workload,preset,scheme,world_size,backend,bandwidth,samples_per_s,samples_per_s_lo,samples_per_s_hi," \
+           "iter_ms,comm_ms,compress,density\n"
+    rows = ["dlrm,scaled,none,4,gloo,1gbit,100,80,125,100,,,", "dlrm,scaled,zen,4,gloo,1gbit,50,40,60,200,,,",
+            "dlrm,scaled,zen,4,gloo,2500mbit,80,70,90,125,,,", "dlrm,scaled,zen,4,gloo,1gbit,60,50,70,150,,dgc,0.05",
+            "dlrm,scaled,zen,4,gloo,,90,80,99,110,,,", "dlrm,scaled,zen,2,gloo,1gbit,70,60,80,140,,,",
+            "lstm,scaled,zen,4,gloo,1gbit,10,9,11,900,,,"]
+    path = tmp_path / "fig11_throughput.csv"
+    path.write_text(head + "\n".join(rows) + "\n")
+    reports = reports_from_throughput(path, "dlrm", 4)
+    assert [r["config"]["bandwidth"] for r in reports] == ["1gbit", "2500mbit"]
+    assert all(r["config"]["world_size"] == 4 and r["config"]["workload"] == "dlrm" for r in reports)
+    none, zen = reports[0]["runs"]
+    assert (none["scheme"], zen["scheme"]) == ("none", "zen") and len(reports[1]["runs"]) == 1
+    assert none["summary"] == pytest.approx({"iter_s_median": 0.1, "iter_s_p25": 0.08, "iter_s_p75": 0.125})
+    with pytest.raises(ValueError, match="no emulated-cluster cell"):
+        reports_from_throughput(path, "bert", 4)
+    (tmp_path / "t").write_text("{}")
+    (tmp_path / "c").write_text("{}")
+    assert main(["validate", "--measured", str(path), "--timeline", str(tmp_path / "t"), "--cost",
+                 str(tmp_path / "c"), "--csv", str(tmp_path / "o.csv")]) == 2
+    assert "needs --workload and --world-size" in capsys.readouterr().err
+
+
 PAPER_DENSITY = {"lstm": 0.0113, "dlrm": 0.0280, "gpt2": 0.0247, "bert": 0.0106}
 
 

@@ -28,7 +28,7 @@ EC = [f"ec.embeddings.{n}.weight" for n in SEQS]
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    from zen.launch import spawn
+    from harness.launch import spawn
 
     out = tmp_path_factory.mktemp("torchrec")
     return spawn("tests.torchrec_cases:everything", P, {"out": str(out)}, timeout_s=900)

@@ -24,12 +24,12 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import zen
+from harness.launch import spawn
 from workloads.base import Workload, builtin_workloads, register_workload
 from workloads.torch_hooks import NATIVE, NO_COMM
 from workloads.train import TrainConfig, rank_main
 from zen.cli import main as zen_main
 from zen.ddp import BucketRouter
-from zen.launch import spawn
 
 PLUGIN = __name__
 ROWS, CLASSES, BAG, BATCH = (500, 300, 200), 4, 6, 16
@@ -268,7 +268,7 @@ def test_real_workloads_tiny_zen_matches_allreduce(tmp_path):
 
 
 def _no_emulated_cluster() -> str | None:
-    from zen.netem import NetemError, emulated_cluster
+    from harness.netem import NetemError, emulated_cluster
 
     try:
         with emulated_cluster(1, "1gbit"):

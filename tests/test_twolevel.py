@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import zen
-from zen.bench.reference import matches_reference, reference_sum
+from harness.launch import spawn
+from harness.reference import matches_reference, reference_sum
 from zen.grad import to_local_grad
-from zen.launch import spawn
 from zen.prediction import link_class, predict, uplink_bytes
 from zen.types import WireLayout
 
@@ -117,24 +117,25 @@ def test_bad_layouts_and_inputs_are_refused() -> None:
 
 def test_closed_form_follows_the_exact_prediction() -> None:
     """costmodel.two_level: the dense intra bytes exactly, the inner scheme on the node shards closely."""
+    from harness.bench.patterns import index_set
     from zen import costmodel
-    from zen.bench.patterns import index_set
 
     n, k, rows = 8, 2, 1 << 16
     sets = [index_set("random", rows, 0.01, r, n, seed=3) for r in range(n)]
     exact = predict("zen-bp", sets, WireLayout(n, rows, seed=3), ranks_per_node=k)
     gamma_n = torch.unique(torch.cat(sets)).numel() / (sum(s.numel() for s in sets) / n)
-    w = costmodel.Workload(n=n, rows=rows, density=0.01, gamma=costmodel.gamma_from_union(n, gamma_n))
-    intra, inter = costmodel.two_level(w, k, costmodel.bp)
+    w = costmodel.Sparsity(n=n, rows=rows, density=0.01, gamma=costmodel.gamma_from_union(n, gamma_n))
+    intra, inter = costmodel.two_level_cost(w, k, lambda s: costmodel.closed_form("zen-bp", s))
     assert intra == exact[0]["intra:reduce_scatter"] + exact[0]["intra:all_gather"] == 2 * (k - 1) / k * rows * 4
     across = [phases["inter:push"] + phases["inter:pull"] for phases in exact]
     assert inter.bytes_received == pytest.approx(sum(across) / n, rel=0.05)
     nodes = n // k
-    assert costmodel.two_level(w, k, costmodel.allreduce)[1].bytes_received == 2 * (nodes - 1) / nodes * rows / k * 4
+    allreduce = lambda s: costmodel.closed_form("allreduce", s)  # noqa: E731
+    assert costmodel.two_level_cost(w, k, allreduce)[1].bytes_received == 2 * (nodes - 1) / nodes * rows / k * 4
 
 
 def test_bench_sim_two_level_row() -> None:
-    from zen.bench.harness import BenchConfig, run_bench
+    from harness.bench.harness import BenchConfig, run_bench
 
     rows = run_bench(BenchConfig(world_size=4, ranks_per_node=2, schemes=["allreduce", "zen"], numel=4000,
                                  repeats=1, warmup=1))
@@ -229,8 +230,8 @@ def node_ranks(k: int) -> dict[str, Any]:
     """Rank body: this rank's network namespace and a two-level zen sync of a 4 MB gradient (1% dense)."""
     import torch.distributed as dist
 
+    from harness.bench.patterns import make_gradient
     from zen.api import sync
-    from zen.bench.patterns import make_gradient
     from zen.comm.dist import DistComm
     from zen.registry import make_scheme
     from zen.twolevel import dist_node_comms
@@ -244,7 +245,7 @@ def node_ranks(k: int) -> dict[str, Any]:
 
 
 def test_emulated_cluster_puts_a_node_in_one_namespace() -> None:
-    from zen.netem import NetemError, emulated_cluster
+    from harness.netem import NetemError, emulated_cluster
 
     k = 2
     try:
@@ -268,7 +269,7 @@ def test_ab_script_alternates_both_modes(capsys: pytest.CaptureFixture[str]) -> 
     import sys
     from pathlib import Path
 
-    from zen.netem import NetemError
+    from harness.netem import NetemError
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import twolevel_ab

@@ -1,6 +1,5 @@
 """Embedding-heavy workloads (LSTM, BERT, GPT-2, DLRM) whose gradients Zen synchronizes."""
 
-from workloads import bert, dlrm, gpt2, lstm  # noqa: F401  (each registers itself)
 from workloads.base import PRESETS, Workload, build_workload, builtin_workloads, register_workload, workload_names
 
 __all__ = ["PRESETS", "Workload", "build_workload", "builtin_workloads", "register_workload", "workload_names"]

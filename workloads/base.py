@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from zen.plugins import Registry
+
 PRESETS = ("tiny", "small", "scaled", "paper", "table1")
 
 
@@ -32,38 +34,22 @@ class Workload:
     rows: Callable[[Any], list[torch.Tensor]] | None = None
 
 
-_BUILDERS: dict[str, Callable[[str, int], Workload]] = {}
-
-
-Builder = Callable[[str, int], Workload]
-
-
-def register_workload(name: str) -> Callable[[Builder], Builder]:
-    def deco(fn: Builder) -> Builder:
-        _BUILDERS[name] = fn
-        return fn
-
-    return deco
+WORKLOADS: Registry[Workload] = Registry("workload", ("workloads.models",))  # builders (preset, seed) -> Workload
+register_workload = WORKLOADS.register
 
 
 def workload_names() -> list[str]:
-    import workloads  # noqa: F401  (registers the built-in workloads)
-
-    return sorted(_BUILDERS)
+    return WORKLOADS.names()
 
 
 def builtin_workloads() -> list[str]:
     """The workloads this package's own modules register (a plugin module, e.g. `zen train --plugin`, or a
     test may register more): what the tests run every workload test on."""
-    names = workload_names()
-    return [n for n in names if _BUILDERS[n].__module__.startswith(f"{__package__}.")]
+    return [n for n in workload_names() if WORKLOADS.get(n).__module__.startswith(f"{__package__}.")]
 
 
 def build_workload(name: str, preset: str = "tiny", seed: int = 0) -> Workload:
     """Build a registered workload; unknown names and presets raise ValueError listing the choices."""
-    names = workload_names()
-    if name not in names:
-        raise ValueError(f"unknown workload {name!r}; choose one of: {', '.join(names)}")
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    return _BUILDERS[name](preset, seed)
+    return WORKLOADS.make(name, preset=preset, seed=seed)

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
+from harness.provenance import atomic_file, write_atomic, write_csv
 from workloads import sparsity
 from workloads.base import PRESETS, Workload, build_workload, workload_names
-from zen.provenance import atomic_file, write_atomic, write_csv
 
 log = logging.getLogger(__name__)
 SKEW_PARTS = (8, 128)

@@ -31,7 +31,7 @@ Every timed step starts from a barrier (untimed), so all ranks start it together
 would otherwise be charged for the previous one's skew (after `none`, whose ranks end up to hundreds of
 milliseconds apart on a shared machine, the first rank to start would wait that long inside the next
 scheme's first collective, and a step's time is its slowest rank's).
-Launch: `zen train ... --world-size N` spawns N local gloo ranks (zen.launch.spawn) and shows rank 0's
+Launch: `zen train ... --world-size N` spawns N local gloo ranks (harness.launch.spawn) and shows rank 0's
 progress; `torchrun --nproc-per-node 8 -m workloads.train ...` (RANK/WORLD_SIZE set) runs one rank per
 process, NCCL on cuda:LOCAL_RANK when CUDA is available. Rank 0 writes one JSON (atomically) and logs to wandb
 (workloads/train_report.py).
@@ -56,13 +56,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 import zen
 import zen.compress
+from harness.provenance import write_json
 from workloads.base import PRESETS, Workload, build_workload, workload_names
 from workloads.records import Step
 from workloads.torch_hooks import EXAMPLES, NO_COMM, is_torch_hook, register
 from workloads.train_config import TrainConfig
 from workloads.train_report import log_wandb, print_table, report_of
 from zen.ddp import StepRecord, ZenHookState, ddp_hook
-from zen.provenance import write_json
 from zen.sync.synchronizer import DENSE
 
 log = logging.getLogger(__name__)
@@ -375,7 +375,7 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     if args.bandwidth and torchrun:
         raise ValueError("--bandwidth emulates a cluster on one machine; under torchrun the network is real")
     if args.bandwidth:
-        from zen.netem import parse_rate
+        from harness.netem import parse_rate
 
         parse_rate(args.bandwidth)
     backend = args.backend
@@ -471,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _spawn_ranks(cfg: TrainConfig) -> dict[str, Any]:
     """Local gloo ranks on loopback, or each in its own namespace behind a shaped link (--bandwidth)."""
-    from zen.launch import spawn
+    from harness.launch import spawn
 
     def launch(**where: Any) -> dict[str, Any]:
         return spawn("workloads.train:rank_main", cfg.world_size, {"config": asdict(cfg)}, backend=cfg.backend,
@@ -479,7 +479,7 @@ def _spawn_ranks(cfg: TrainConfig) -> dict[str, Any]:
 
     if not cfg.bandwidth:
         return launch()
-    from zen.netem import emulated_cluster
+    from harness.netem import emulated_cluster
 
     with emulated_cluster(cfg.world_size, cfg.bandwidth) as cluster:
         return launch(**cluster.spawn_kwargs())

@@ -32,5 +32,5 @@ class TrainConfig:
     wandb_project: str = "zen"
     wandb_group: str = ""
     plugins: list[str] = field(default_factory=list)
-    bandwidth: str | None = None  # emulated per-node link rate (zen/netem.py); None = loopback
+    bandwidth: str | None = None  # emulated per-node link rate (harness/netem.py); None = loopback
     torchrec: str | None = None  # shard the embedding collections with torchrec's DMP: "dp" | "mixed"; None = DDP

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
+from harness.provenance import git, versions
 from workloads.records import STEP_FIELDS, across_ranks, exposed_comm, summarize
 from workloads.torch_hooks import NO_COMM
 from workloads.train_config import TrainConfig
-from zen.provenance import git, versions
 
 log = logging.getLogger(__name__)
 

@@ -1,46 +1,61 @@
 """`zen` command line: one subcommand per job, each living in the module that does the job.
 
-Subcommand modules expose `add_arguments(parser)` and `run(args) -> int`; they are imported only
-when used, so a heavy dependency of one job never slows down another.
+A subcommand is a module exposing `add_arguments(parser)` and `run(args) -> int`, imported only when used,
+so a heavy dependency of one job never slows down another. The library's own are listed here; others
+register through the `zen.commands` entry-point group (the reproduction harness registers `bench`, `train`,
+... in pyproject.toml): each names an object with `module` and `help` (and optionally `prepare()`, run first),
+and is only found where it is installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
+from importlib.metadata import entry_points
+from typing import Any
 
 from zen.cli_args import UsageError
 
-SUBCOMMANDS = {
+COMMANDS = {
     "schemes": ("zen.cli_schemes", "list the registered synchronization schemes"),
-    "bench": ("zen.bench.cli", "microbenchmark schemes (sim, gloo, nccl) in the spirit of nccl-tests"),
-    "model": ("zen.costmodel_cli", "predict bytes and time of every scheme with the cost model"),
-    "scale": ("zen.bench.scale", "simulate world sizes 2..128 for every scheme (paper Figure 8 data)"),
-    "cluster": ("zen.bench.cluster", "model a profiled workload's step on a cluster, e.g. 16 x 8 GPUs (Fig 15)"),
     "build": ("zen.native.build", "build the native C++ (and CUDA) kernels"),
-    "kernels-bench": ("zen.native.bench", "hashing + encoding throughput of the native kernels"),
-    "profile": ("workloads.profile", "record embedding-gradient sparsity of a workload"),
-    "train": ("workloads.train", "distributed training of a workload with any scheme"),
+    "kernels-bench": ("zen.bench.kernels", "hashing + encoding throughput of the native kernels"),
 }
+GROUP = "zen.commands"
+
+
+def commands() -> dict[str, tuple[str, str, Any]]:
+    """Every subcommand: name -> (module, help, its registered object or None)."""
+    found: dict[str, tuple[str, str, Any]] = {name: (m, h, None) for name, (m, h) in COMMANDS.items()}
+    for ep in entry_points(group=GROUP):
+        try:
+            cmd = ep.load()
+        except ImportError:  # registered by a package that is not importable here
+            continue
+        found.setdefault(ep.name, (cmd.module, cmd.help, cmd))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    known = commands()
     parser = argparse.ArgumentParser(prog="zen", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_text) in SUBCOMMANDS.items():
+    for name, (_, help_text, _) in known.items():
         sub.add_parser(name, help=help_text, add_help=False)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in known:
         parser.parse_args(argv or ["--help"])
         return 2
-    if os.environ.get("ZEN_PIPELINE_PID", "").isdigit():  # a pipeline job: go when the pipeline goes
-        from zen.launch import exit_with
-
-        exit_with(int(os.environ["ZEN_PIPELINE_PID"]))
-    module_name, help_text = SUBCOMMANDS[argv[0]]
-    module = importlib.import_module(module_name)
+    module_name, help_text, registered = known[argv[0]]
+    if hasattr(registered, "prepare"):
+        registered.prepare()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        print(f"zen {argv[0]}: {module_name} is not installed ({exc}); it belongs to the reproduction harness, "
+              f"which runs from a checkout of the repository (make setup)", file=sys.stderr)
+        return 2
     cmd = argparse.ArgumentParser(prog=f"zen {argv[0]}", description=help_text,
                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     module.add_arguments(cmd)

@@ -33,17 +33,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def rate(text: str) -> str:
-    """A link rate the emulated cluster accepts (1gbit, 500mbit, ...), kept as written."""
-    from zen.netem import parse_rate
-
-    try:
-        parse_rate(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def world_sizes(text: str) -> list[int]:
     """Comma-separated world sizes, each >= 2 (a single rank has nothing to synchronize)."""
     try:

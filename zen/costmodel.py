@@ -1,11 +1,11 @@
 """Alpha-beta cost model (paper section 5, Theorem 1): predicted bytes received per rank and time.
 
-Closed forms take the statistics the paper uses: n ranks, M rows of width D, per-rank density d_G,
-the densification ratios gamma^m (union density of m ranks over d_G) and the skewness s of even
-contiguous ranges. Sizes are bytes: s_i per row index, s_v per value. Time = messages * alpha +
-bytes on the busiest link / bandwidth (+ a local compute term, see `traffic_time`). Exact per-rank
-bytes from actual index sets live in each scheme's `predict` (zen/prediction.py); these closed forms
-are what the selector and the scale study's ideal lines use.
+A scheme's closed form is a method of its class (`closed_form(sparsity)`), next to its exact `predict`;
+this module holds what they share: the statistics the paper uses (`Sparsity`: n ranks, M rows of width D,
+per-rank density d_G, the densification ratios gamma^m (union density of m ranks over d_G) and the skewness
+s of even contiguous ranges; sizes in bytes, s_i per row index, s_v per value), time = messages * alpha +
+bytes on the busiest link / bandwidth (+ a local compute term, see `traffic_time`), two-level sync's
+composition, the paper's "BP without index" ideal line, and `closed_form(name, ...)` over the registry.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from zen import gaps
-from zen.encodings import get_encoding
-from zen.fold import Fold
-from zen.types import WireLayout
+from zen.registry import SCHEMES, make_scheme
 
 
 @dataclass(frozen=True)
@@ -28,7 +25,7 @@ class Network:
 
 
 @dataclass(frozen=True)
-class Workload:
+class Sparsity:
     n: int
     rows: int
     density: float  # d_G: mean fraction of non-zero rows per rank
@@ -56,83 +53,14 @@ class Prediction:
         return self.messages * net.alpha + self.bytes_received / net.bandwidth
 
 
-def bp(w: Workload, pull: str = "hash_bitmap") -> Prediction:
-    """Balanced Parallelism: push (n-1)/n of own COO, pull (n-1)/n of the union in `pull` encoding."""
-    n = w.n
-    share = (n - 1) / n
-    push = share * w.nnz * w.coo_row
-    wire = WireLayout(w.n, w.rows, w.width, w.value_bytes, w.index_bytes)
-    pull_bytes = get_encoding(pull).pull_bytes(wire, w.gamma(n) * w.nnz)
-    return Prediction(push + pull_bytes, 2 * (n - 1))
-
-
-def hc(w: Workload, ids: str = "coo") -> Prediction:
-    """Hierarchical Centralization: sum_i gamma^(2^(i-1)) * M * d_G rows, plus fold/unfold; each row costs
-    s_i + D s_v as COO, or with `ids="gaps"` the expected gap code of a set of that union's density."""
-    fold = Fold(w.n)
-    unions = [w.gamma(1 << i) for i in range(fold.levels)]
-    messages = fold.levels
-    if fold.extra:  # folded ranks add one hop in and one out (a rank sees at most one of them)
-        unions.append(w.gamma(w.n))
-        messages += 1
-
-    def row_bytes(gamma: float) -> float:
-        if ids == "coo":
-            return w.coo_row
-        return gaps.bytes_per_id(min(1.0, gamma * w.density)) + w.width * w.value_bytes
-
-    return Prediction(sum(g * w.nnz * row_bytes(g) for g in unions), messages)
-
-
-def allreduce(w: Workload) -> Prediction:
-    return Prediction(2 * (w.n - 1) / w.n * w.rows * w.width * w.value_bytes, 2 * (w.n - 1))
-
-
-def agsparse(w: Workload) -> Prediction:
-    """All-gather of COO: (n-1) k (s_i + D s_v), blind to overlap."""
-    return Prediction((w.n - 1) * w.nnz * w.coo_row, w.n - 1)
-
-
-def sparse_ps(w: Workload) -> Prediction:
-    """Even contiguous ranges: the busiest server handles s times its share (spec: 2(n-1)(d+d^n)sM/n)."""
-    share = (w.n - 1) / w.n
-    return Prediction(share * w.skew * (1 + w.gamma(w.n)) * w.nnz * w.coo_row, 2 * (w.n - 1))
-
-
-def omnireduce(w: Workload, block: int = 256) -> Prediction:
-    """Blocks of `block` elements, 4 bytes of next-offset per block; non-empty block fractions from
-    uniform placement: 1 - (1 - d)^b per worker, 1 - (1 - d^n)^b for the union."""
-    d, dn = w.density, min(1.0, w.gamma(w.n) * w.density)
-    blocks = w.rows * w.width / block
-    per_block = block * w.value_bytes + 4
-    own = (1 - (1 - d) ** (block / w.width)) * blocks
-    union = (1 - (1 - dn) ** (block / w.width)) * blocks
-    share = (w.n - 1) / w.n
-    return Prediction(share * w.skew * (own + union) * per_block, 2 * (w.n - 1))
-
-
-def sparcml(w: Workload) -> Prediction:
-    """SSAR recursive doubling with the dense switch: each round's stream is capped at dense size."""
-    levels = Fold(w.n).levels
-    dense = w.rows * w.width * w.value_bytes
-    rows = [min(w.gamma(1 << i) * w.nnz * w.coo_row, dense) for i in range(levels)]
-    return Prediction(sum(rows), levels)
-
-
-def bp_without_index(w: Workload) -> Prediction:
+def bp_without_index(w: Sparsity) -> Prediction:
     """The paper's ideal line: BP moving values only (no indices, no bitmap): half of COO BP."""
     share = (w.n - 1) / w.n
     return Prediction(share * (1 + w.gamma(w.n)) * w.nnz * w.width * w.value_bytes, 2 * (w.n - 1))
 
 
-CLOSED_FORMS: dict[str, Callable[[Workload], Prediction]] = {
-    "allreduce": allreduce, "agsparse": agsparse, "sparse_ps": sparse_ps, "omnireduce": omnireduce,
-    "sparcml": sparcml, "zen-bp": bp, "zen-hc": hc, "bp-without-index": bp_without_index,
-}
-
-
-def two_level(w: Workload, ranks_per_node: int, inner: Callable[[Workload], Prediction]
-              ) -> tuple[float, Prediction]:
+def two_level_cost(w: Sparsity, ranks_per_node: int, inner: Callable[[Sparsity], Prediction]
+                   ) -> tuple[float, Prediction]:
     """Two-level sync (paper section 5, step 2): (the dense bytes a rank receives inside its node, the
     `inner` closed form across the n/k nodes). Inside, the reduce-scatter and the all-gather bring (k-1)/k
     of the tensor each. Across, each rank syncs a 1/k shard of its node's sum, as dense as the union of k
@@ -183,7 +111,12 @@ def gamma_from_union(n: int, gamma_n: float) -> Callable[[int], float]:
     return lambda m: (1 - (1 - q) ** m) / q
 
 
-def choose_bp_or_hc(w: Workload, net: Network, pull: str = "hash_bitmap", hc_ids: str = "coo") -> str:
-    """The selector's rule: whichever of BP and HC the model predicts to finish first."""
-    return "bp" if bp(w, pull).time(net) <= hc(w, hc_ids).time(net) else "hc"
+def closed_form(name: str, w: Sparsity, **options: object) -> Prediction | None:
+    """The closed form of registered scheme `name` (with `options`) for `w`; None if it has none."""
+    form = getattr(make_scheme(name, **options), "closed_form", None)
+    return form(w) if form is not None else None
 
+
+def closed_forms() -> list[str]:
+    """The registered schemes that have a closed form."""
+    return [n for n in SCHEMES.names() if hasattr(SCHEMES.get(n), "closed_form")]

@@ -17,8 +17,8 @@ from functools import lru_cache
 import torch
 
 from zen import native
+from zen.bits import set_bits
 from zen.device import accelerated
-from zen.encodings import set_bits
 
 MASK32 = 0xFFFFFFFF
 MAX_ROWS = 1 << 32

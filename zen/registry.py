@@ -1,10 +1,9 @@
-"""Scheme registry: the `Scheme` contract, `@register_scheme("name")` on a class; unknown names list the
-choices."""
+"""The scheme registry and contract: `Scheme` (what the synchronizer calls, what `predict` promises, how
+figures show it), `SCHEMES` (zen.plugins.Registry over zen/algorithms/ and the `zen.schemes` entry-point group:
+the harness registers its baselines there), `@register_scheme("name")`, `make_scheme`, `schemes()`."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -12,15 +11,18 @@ import torch
 from zen.comm.base import Communicator
 from zen.grad import LocalGrad
 from zen.output import Output
-from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
+from zen.plugins import Registry
+from zen.types import PhaseBytes, SyncStats, WireLayout
 
 
 class Scheme(Protocol):
     """A synchronization scheme: writes the sum over ranks into `out` on every rank (as row sets, or in its
-    dense (M, D) buffer; zen.output), and
-    predicts, from the ranks' non-zero row sets, the bytes each rank will receive per phase."""
+    dense (M, D) buffer; zen.output), and predicts, from the ranks' non-zero row sets, the bytes each rank
+    will receive per phase. `label` and `color` are how figures show it."""
 
     name: str
+    label: str
+    color: str
     sparse_input: bool
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None: ...
@@ -28,30 +30,13 @@ class Scheme(Protocol):
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]: ...
 
 
-_FACTORIES: dict[str, Callable[..., Scheme]] = {}
-_PLUGINS = ("zen.bp", "zen.hc", "zen.selector", "baselines")
-
-
-def register_scheme(name: str) -> Callable[[type], type]:
-    def deco(cls: type) -> type:
-        if name in _FACTORIES:
-            raise ValueError(f"scheme {name!r} registered twice")
-        cls.name = name
-        _FACTORIES[name] = cls
-        return cls
-
-    return deco
-
-
-def _load() -> None:
-    for module in _PLUGINS:
-        importlib.import_module(module)
+SCHEMES: Registry[Scheme] = Registry("scheme", ("zen.algorithms",), group="zen.schemes")
+register_scheme = SCHEMES.register
 
 
 def schemes() -> list[str]:
-    """Names of every registered scheme (Zen's and the baselines)."""
-    _load()
-    return sorted(_FACTORIES)
+    """Names of every registered scheme (Zen's, and those of installed plugins such as the baselines)."""
+    return SCHEMES.names()
 
 
 def scheme_config(scheme: Scheme | str, options: dict[str, Any] | None = None) -> str:
@@ -62,12 +47,6 @@ def scheme_config(scheme: Scheme | str, options: dict[str, Any] | None = None) -
 
 
 def make_scheme(name: str, **options: Any) -> Scheme:
-    _load()
-    if name not in _FACTORIES:
-        raise ZenInputError(f"unknown scheme {name!r}; choose one of: {', '.join(sorted(_FACTORIES))}")
-    try:
-        scheme = _FACTORIES[name](**options)
-    except TypeError as exc:
-        raise ZenInputError(f"bad options for scheme {name!r}: {exc}") from exc
+    scheme = SCHEMES.make(name, **options)
     scheme.config = scheme_config(name, options)
     return scheme

@@ -44,11 +44,11 @@ from zen.comm.sim import SimComm, SimGroup
 from zen.grad import LocalGrad, to_local_grad
 from zen.output import DenseOutput, Output, RowSet, RowsOutput, make_output, union_rows
 from zen.registry import Scheme
-from zen.sync.config import INTRA_MODES
 from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 INTRA = "intra:"  # phases on a node's local link
 INTER = "inter:"  # phases on the node's uplink
+INTRA_MODES = ("dense", "sparse")  # the node steps: the paper's dense shards, or sparse rows
 
 
 def nodes_of(world_size: int, ranks_per_node: int) -> int:
@@ -154,13 +154,13 @@ class TwoLevel:
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         assert isinstance(out, DenseOutput)
-        two_level(self.inner, grad, self.nodes, out, stats)
+        sync_two_level(self.inner, grad, self.nodes, out, stats)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         return predict_two_level(self.inner, sets, layout, self.nodes.ranks_per_node, self.nodes.mode)
 
 
-def two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutput, stats: SyncStats) -> None:
+def sync_two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutput, stats: SyncStats) -> None:
     """The sum over every rank of `grad` (dense rows) into `out.buffer`, divided by `out.divisor`: reduce-
     scatter in the node, `scheme` across nodes on this rank's shard, then all-gather in the node. Dense node
     steps divide in the shard (1/k of the work), sparse ones while the gathered rows are written."""

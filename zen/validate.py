@@ -38,20 +38,20 @@ def finite_flag(t: torch.Tensor) -> torch.Tensor:
     return torch.isfinite(t.sum(dtype=torch.float64))
 
 
-Part = tuple[LocalGrad, tuple[int, ...], str]  # (one tensor's rows, its shape, the scheme syncing it)
+Checked = tuple[LocalGrad, tuple[int, ...], str]  # what the check sees of a tensor: its rows, its shape, its scheme
 
 
-def _describe(name: str, part: Part) -> str:
+def _describe(name: str, part: Checked) -> str:
     grad, shape, scheme = part
     return {"dtype": str(grad.dtype), "rows": str(grad.num_rows), "row_width": str(grad.row_width),
             "shape": str(tuple(shape)), "scheme": scheme}[name]
 
 
-def _describe_all(name: str, parts: list[Part]) -> str:
+def _describe_all(name: str, parts: list[Checked]) -> str:
     return "; ".join(_describe(name, part) for part in parts)
 
 
-def local_summary(parts: list[Part], check_finite: bool = True) -> list[int] | torch.Tensor:
+def local_summary(parts: list[Checked], check_finite: bool = True) -> list[int] | torch.Tensor:
     """8 integers saying what this rank is about to sync: a code per descriptive field (over every part),
     then whether any part holds a NaN / Inf (only with `check_finite`) or an out-of-range sparse index, and
     0 (the rank's local checks passed). On the accelerator path a tensor there, the verdicts computed
@@ -72,7 +72,7 @@ def local_summary(parts: list[Part], check_finite: bool = True) -> list[int] | t
     return torch.cat([torch.tensor(codes, dtype=torch.int64).to(device), flags])
 
 
-def check_parts(parts: list[Part] | None, comm: Communicator, check_finite: bool = True) -> None:
+def check_parts(parts: list[Checked] | None, comm: Communicator, check_finite: bool = True) -> None:
     """One check for several tensors synced back to back (a DDP bucket's parts): all-gather an 8-integer
     summary per rank (phase 'meta') and raise ZenInputError on every rank on any issue. `parts=None`: this
     rank failed its local checks (it raises its own error; the others learn that it did)."""

@@ -9,8 +9,11 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from harness.pipeline import resolve
+from zen.encodings import encodings as registered_encodings
 
 validate(config, schema="../schemas/config.schema.yaml")
+resolve(config)  # `all`: every registered scheme / pull encoding (names are listed once, by the registries)
 
 # Every job runs the interpreter that runs Snakemake (the venv's under `make`), so the installed
 # package is importable; `script:` is not used because it only sees its own folder.
@@ -27,7 +30,7 @@ NETEM_TOOLS = ("ip", "tc", "nsenter", "unshare", "setpriv")
 
 # Jobs die with Snakemake, whatever killed it: each runs in a shell that has the parent-death signal set
 # (workflow/scripts/job-bash), and zen's CLI exits when this Snakemake process is gone (a subshell in between
-# would outlive it), its ranks with it (zen.launch); the next `make` resumes cleanly.
+# would outlive it), its ranks with it (harness.launch); the next `make` resumes cleanly.
 shell.executable(str(Path(workflow.basedir) / "workflow/scripts/job-bash"))
 os.environ["ZEN_PIPELINE_PID"] = str(os.getpid())
 
@@ -43,7 +46,7 @@ wildcard_constraints:
     world_size=r"\d+",
     density=r"[0-9.e-]+",
     backend="gloo|nccl",
-    encoding="hash_bitmap|coo|bitmap",
+    encoding="|".join(registered_encodings()),
     workload=r"[A-Za-z0-9_]+",
     scheme=r"[A-Za-z0-9_-]+",
     sweep="r1|k",
@@ -51,7 +54,7 @@ wildcard_constraints:
 
 
 def emulated_bandwidth():
-    """The link rate for real-rank runs, or None for loopback: emulation needs root and iproute2 (zen/netem.py)."""
+    """The link rate for real-rank runs, or None for loopback: emulation needs root and iproute2 (harness/netem.py)."""
     rate = config.get("bandwidth")
     if not rate or config["backend"] != "gloo" or config["launcher"] != "spawn":
         return None

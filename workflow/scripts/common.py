@@ -19,50 +19,57 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-# One colour per scheme across every figure (Zen variants in reds, baselines in cool/neutral tones).
-SCHEME_COLORS = {
-    "allreduce": "#4d4d4d",
-    "agsparse": "#1f77b4",
-    "sparcml": "#2ca02c",
-    "omnireduce": "#9467bd",
-    "sparse_ps": "#8c564b",
-    "zen": "#d62728",
-    "zen-bp": "#ff7f0e",
-    "zen-hc": "#e377c2",
-    "zen-bp-noindex": "#fdae6b",
-    "ddp": "#7f7f7f",
-    "none": "#bcbd22",
+from zen.registry import SCHEMES  # noqa: E402
+
+# Series that are not schemes (a scheme's colour, label and marker are attributes of its class, zen.registry).
+SERIES = {  # name: (colour, label, marker)
+    "zen-bp-noindex": ("#fdae6b", "BP w/o index", "o"),
+    "ddp": ("#7f7f7f", "DDP allreduce", "s"),
+    "none": ("#bcbd22", "no comm", "o"),
 }
-SCHEME_LABELS = {
-    "allreduce": "AllReduce", "agsparse": "AGsparse", "sparcml": "SparCML", "omnireduce": "OmniReduce",
-    "sparse_ps": "Sparse PS", "zen": "Zen", "zen-bp": "Zen BP", "zen-hc": "Zen HC",
-    "zen-bp-noindex": "BP w/o index", "ddp": "DDP allreduce", "none": "no comm",
-}
-MARKERS = {"allreduce": "s", "agsparse": "v", "sparcml": "^", "omnireduce": "D", "sparse_ps": "P",
-           "zen": "o", "zen-bp": "o", "zen-hc": "X", "zen-bp-noindex": "o"}
 _FALLBACK = plt.get_cmap("tab20").colors
 
 
+def _scheme(name: str) -> Any:
+    try:
+        return SCHEMES.get(name)
+    except ValueError:
+        return None
+
+
 def color(scheme: str) -> str | tuple[float, ...]:
-    """The scheme's colour; unknown schemes get a stable colour from their name."""
-    if scheme in SCHEME_COLORS:
-        return SCHEME_COLORS[scheme]
+    """The scheme's colour; unknown names get a stable colour from their name."""
+    if (cls := _scheme(scheme)) is not None:
+        return cls.color
+    if scheme in SERIES:
+        return SERIES[scheme][0]
     return _FALLBACK[sum(map(ord, scheme)) % len(_FALLBACK)]
 
 
 def label(scheme: str) -> str:
-    return SCHEME_LABELS.get(scheme, scheme)
+    if (cls := _scheme(scheme)) is not None:
+        return cls.label
+    return SERIES[scheme][1] if scheme in SERIES else scheme
 
 
 def marker(scheme: str) -> str:
-    return MARKERS.get(scheme, "o")
+    if (cls := _scheme(scheme)) is not None:
+        return cls.marker
+    return SERIES[scheme][2] if scheme in SERIES else "o"
+
+
+def pull_note(scheme: str) -> str:
+    """How a scheme's pull is shown beside the pull encodings (its class's `pulls`), or ""."""
+    cls = _scheme(scheme)
+    return f" ({cls.pulls})" if cls is not None and hasattr(cls, "pulls") else ""
 
 
 def scheme_order(schemes: Iterable[str]) -> list[str]:
-    """Baselines in a fixed order first, Zen variants last, unknown names alphabetically in between."""
-    known = list(SCHEME_COLORS)
+    """Dense AllReduce first, the other registered baselines, then Zen's schemes, other series last."""
     present = set(schemes)
-    return [s for s in known if s in present] + sorted(present - set(known))
+    registered = [s for s in SCHEMES.names() if s in present]
+    ranked = sorted(registered, key=lambda s: (s != "allreduce", s.startswith("zen"), s))
+    return ranked + sorted(present - set(registered))
 
 
 def _tmp(path: Path) -> Path:

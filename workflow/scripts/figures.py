@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from common import color, label, marker, save_figure, scheme_order, write_csv
+from common import color, label, marker, pull_note, save_figure, scheme_order, write_csv
 from matplotlib.ticker import FuncFormatter
 
 
@@ -397,11 +397,7 @@ def fig17_pull(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     styles = {"hash_bitmap": "-", "coo": "--", "bitmap": ":"}
     for _, cell in data.groupby("variant"):
         scheme, pull = cell["scheme"].iloc[0], cell["pull"].iloc[0]
-        name = label(scheme) + (f" + {pull.replace('_', ' ')}" if isinstance(pull, str) else "")
-        if scheme == "omnireduce":
-            name += " (tensor blocks)"
-        elif scheme == "sparse_ps":
-            name += " (COO, no hashing)"
+        name = label(scheme) + (f" + {pull.replace('_', ' ')}" if isinstance(pull, str) else "") + pull_note(scheme)
         a.plot(cell["union_density"], cell["pull_vs_dense"], marker=marker(scheme), color=color(scheme),
                ls=styles.get(pull, "-"), label=name)
     a.set_xscale("log")

@@ -239,7 +239,7 @@ def network(bench: pd.DataFrame | None) -> str:
     if links == ["loopback"]:
         return ("loopback (no emulated cluster: it needs root and iproute2, or `bandwidth: null` was set); "
                 "measured times are CPU-bound, not link-bound")
-    return f"emulated cluster, per-node links shaped to {', '.join(links)} (zen/netem.py)"
+    return f"emulated cluster, per-node links shaped to {', '.join(links)} (harness/netem.py)"
 
 
 def _fmt(x: float, unit: str = "x") -> str:

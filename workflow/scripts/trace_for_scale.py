@@ -1,7 +1,7 @@
 """Turn a `zen profile` trace (traces.pt) into the replay format of `zen scale --trace`.
 
 `zen scale --trace` reads a traces.pt too; this stage keeps the pipeline's converted sets as a small
-file of their own (zen.bench.scale.replay_sets: one set per worker in one row space, one step).
+file of their own (harness.bench.scale.replay_sets: one set per worker in one row space, one step).
 Usage: python workflow/scripts/trace_for_scale.py results/profile/lstm/traces.pt OUT.pt [--step -1]
 """
 
@@ -11,8 +11,8 @@ import argparse
 
 import torch
 
-from zen.bench.scale import replay_sets
-from zen.provenance import atomic_file
+from harness.bench.scale import replay_sets
+from harness.provenance import atomic_file
 
 
 def main(argv: list[str] | None = None) -> int:

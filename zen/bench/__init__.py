@@ -1,1 +1,1 @@
-"""Microbenchmark harness: synthetic sparsity patterns, simulated and real runs, nccl-tests style table."""
+"""The kernel benchmark (`zen kernels-bench`): the native kernels' throughput, paper Figure 16."""

@@ -6,7 +6,7 @@ than cores the holder is often preempted right then, by another rank's loop woke
 4 ranks on 2 cores made 4.7 million epoll_wait calls in 5 s, a fifth of all CPU. A SCHED_BATCH thread still
 runs at normal weight but does not preempt on wake-up. Linux only. It changes the scheduling policy of
 threads of the calling process, so the library never applies it on its own: the harness's ranks do
-(zen.launch, and the hook with `gloo_batch=True`), ZEN_GLOO_BATCH=0 turning it off there.
+(harness.launch, and the hook with `gloo_batch=True`), ZEN_GLOO_BATCH=0 turning it off there.
 """
 
 from __future__ import annotations

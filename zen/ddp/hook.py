@@ -257,16 +257,13 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     done = result_future(lane.comm.device)
     mark = lane.stream.mark()  # backward's writes of this bucket, on DDP's stream
     rt.keys.update(p.key for p in parts)
-    iteration = state.iteration
-
-    def job() -> None:
-        _sync_bucket(state, lane, bucket.buffer(), parts, record, check, tag, iteration, mark, done)
+    job = BucketJob(state, lane, bucket.buffer(), parts, record, check, tag, mark, done)
 
     if state.asynchronous:
-        lane.worker.submit(job, done, inline_if_idle=bucket.is_last())
+        lane.worker.submit(job.run, done, inline_if_idle=bucket.is_last())
     else:
         try:
-            job()
+            job.run()
         except Exception as exc:  # noqa: BLE001 - the future carries it to backward, as in the async case
             rt.fault.fail(done, exc)
     if bucket.is_last():
@@ -286,27 +283,40 @@ def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
         raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _sync_bucket(state: ZenHookState, lane: Lane, buffer: torch.Tensor, parts: list[Part], record: StepRecord,
-                 check: bool, tag: tuple[int, int], iteration: int, mark: Any, done: torch.futures.Future) -> None:
-    """One bucket on its lane's stream, after backward's writes of it: the synchronizer's call over its parts
-    (one input check for all of them, if due), then `done` once the dense parts' all-reduces have completed
-    too (zen.ddp.worker.settle)."""
-    rt = state.runtime
-    with on(lane.comm.device), lane.stream.use():
-        lane.stream.waits(mark)
-        clock = Clock(lane.comm.device).start()
-        meta = None
-        if check:
-            meta = SyncStats()
-            record.parts.append((meta, False))
-        outcomes = lane.syncer.run(parts, tag=tag, check=check, sizes_agreed=True, step=iteration,
-                                   divisor=lane.comm.world_size if state.average else 1,
-                                   everything_sparse=rt.router.everything_sparse, check_stats=meta)
-        result = buffer
-        for part, outcome in zip(parts, outcomes, strict=True):
-            record.parts.append((outcome.stats, outcome.sparse))
-            if part.sparse_result:
-                result = outcome.result
-        pending = [rt.fault.track(o.pending) for o in outcomes if o.pending is not None]
-        record.spans.append(clock)
-        settle(done, result, pending, rt.fault, on_done=clock.stop)
+@dataclass
+class BucketJob:
+    """One bucket's synchronization, as its lane runs it: the synchronizer's call over the bucket's parts (one
+    input check for all of them, if due) on the lane's stream after backward's writes of the bucket (`mark`),
+    then `done` once the dense parts' all-reduces have completed too (zen.ddp.worker.settle). `tag` (the step
+    and the bucket's index) names the call in its headers."""
+
+    state: ZenHookState
+    lane: Lane
+    buffer: torch.Tensor
+    parts: list[Part]
+    record: StepRecord
+    check: bool
+    tag: tuple[int, int]
+    mark: Any
+    done: torch.futures.Future
+
+    def run(self) -> None:
+        state, lane, record, rt = self.state, self.lane, self.record, self.state.runtime
+        with on(lane.comm.device), lane.stream.use():
+            lane.stream.waits(self.mark)
+            clock = Clock(lane.comm.device).start()
+            meta = None
+            if self.check:
+                meta = SyncStats()
+                record.parts.append((meta, False))
+            outcomes = lane.syncer.run(self.parts, tag=self.tag, check=self.check, sizes_agreed=True,
+                                       step=self.tag[0], divisor=lane.comm.world_size if state.average else 1,
+                                       everything_sparse=rt.router.everything_sparse, check_stats=meta)
+            result = self.buffer
+            for part, outcome in zip(self.parts, outcomes, strict=True):
+                record.parts.append((outcome.stats, outcome.sparse))
+                if part.sparse_result:
+                    result = outcome.result
+            pending = [rt.fault.track(o.pending) for o in outcomes if o.pending is not None]
+            record.spans.append(clock)
+            settle(self.done, result, pending, rt.fault, on_done=clock.stop)

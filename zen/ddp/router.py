@@ -18,8 +18,7 @@ staying dense; so the layout comes from the views, never from the flat weight's 
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -34,11 +33,23 @@ EMBEDDING_MODULES = (nn.Embedding, nn.EmbeddingBag)  # torchrec's unsharded coll
 TAGS_PER_BUCKET = 1_024  # a part's tag: bucket index * this + its place in the bucket (the same on every rank)
 
 
+TableFinder = Callable[[nn.Module], list[torch.Tensor]]
+TABLE_FINDERS: list[TableFinder] = []  # integrations add theirs (zen.integrations.torchrec: sharded tables)
+
+
+def register_table_finder(finder: TableFinder) -> TableFinder:
+    """`finder(module)` gives the embedding tables of a kind of model this module cannot see by itself (an
+    integration registers one when it is imported; the router never imports an integration)."""
+    if finder not in TABLE_FINDERS:
+        TABLE_FINDERS.append(finder)
+    return finder
+
+
 def embedding_params(sources: nn.Module | Iterable[nn.Module | torch.Tensor]) -> list[torch.Tensor]:
     """The weights of every nn.Embedding / nn.EmbeddingBag inside the given modules (torchrec's unsharded
-    EmbeddingBagCollection and EmbeddingCollection included: their tables are such modules), the table views
-    of a torchrec-sharded model's data-parallel tables (zen.integrations.torchrec; an unknown torchrec layout
-    raises there), plus any parameters passed directly."""
+    EmbeddingBagCollection and EmbeddingCollection included: their tables are such modules), the tables the
+    registered finders see (a torchrec-sharded model's data-parallel tables, once zen.integrations.torchrec is
+    imported; a sharded model without it is a ZenInputError), plus any parameters passed directly."""
     items = [sources] if isinstance(sources, nn.Module) else list(sources)
     found: dict[int, torch.Tensor] = {}
     for item in items:
@@ -48,10 +59,11 @@ def embedding_params(sources: nn.Module | Iterable[nn.Module | torch.Tensor]) ->
         for module in item.modules():
             if isinstance(module, EMBEDDING_MODULES) and module.weight.requires_grad:
                 found[id(module.weight)] = module.weight
-        if "torchrec" in sys.modules:  # only a model built after importing torchrec can hold its sharded tables
-            from zen.integrations.torchrec import data_parallel_tables
-
-            found.update((id(table), table) for table in data_parallel_tables(item))
+        for finder in TABLE_FINDERS:
+            found.update((id(table), table) for table in finder(item))
+        if not TABLE_FINDERS and any(type(m).__module__.startswith("torchrec.distributed") for m in item.modules()):
+            raise ZenInputError("zen: a torchrec-sharded model: import zen.integrations.torchrec (or use its "
+                                "ZenDataParallelWrapper) so that its data-parallel tables are found")
     return list(found.values())
 
 

@@ -11,44 +11,17 @@ not to |S_j|). `payload_bytes` and `pull_bytes` are what BP's `predict` and the 
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 
+from zen.plugins import Registry
 from zen.rows import put_rows
 from zen.types import WireLayout
 
-Message = tuple[torch.Tensor, torch.Tensor]  # (payload, values)
+PullMessage = tuple[torch.Tensor, torch.Tensor]  # a server's pull message: (payload, values)
 Positions = Callable[[torch.Tensor], torch.Tensor]  # rows -> their index in S_j (hashing.ServerRanks)
-_BIT_WEIGHTS: dict[torch.device, torch.Tensor] = {}
-
-
-def pack_bits(mask: torch.Tensor) -> torch.Tensor:
-    """Bool vector -> uint8 bytes, little-endian bit order, ceil(len / 8) bytes."""
-    n = int(mask.numel())
-    pad = (-n) % 8
-    if pad:
-        mask = torch.cat([mask, mask.new_zeros(pad)])
-    w = _BIT_WEIGHTS.get(mask.device)
-    if w is None:
-        w = _BIT_WEIGHTS.setdefault(mask.device, (1 << torch.arange(8, device=mask.device)).to(torch.uint8))
-    return (mask.view(-1, 8).to(torch.uint8) * w).sum(dim=1, dtype=torch.uint8)
-
-
-def unpack_bits(packed: torch.Tensor, length: int) -> torch.Tensor:
-    shifts = torch.arange(8, device=packed.device, dtype=torch.uint8)
-    bits = (packed.view(-1, 1) >> shifts) & 1
-    return bits.view(-1)[:length].bool()
-
-
-def set_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
-    """pack_bits of a mask given its distinct set positions (distinct bits, so the sum is an or)."""
-    packed = torch.zeros(-(-length // 8), dtype=torch.uint8, device=positions.device)
-    return packed.index_add_(0, positions >> 3, (1 << (positions & 7)).to(torch.uint8))
 
 
 def nonzero_rows(block: torch.Tensor) -> torch.Tensor:
@@ -62,7 +35,7 @@ class Encoding(ABC):
 
     name: str
 
-    def encode(self, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype) -> tuple[Message, int]:
+    def encode(self, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype) -> tuple[PullMessage, int]:
         """Encode the server's aggregated rows `out[members]`; returns (message, non-zero row count)."""
         block = out.index_select(0, members)
         mask = nonzero_rows(block)
@@ -70,7 +43,7 @@ class Encoding(ABC):
         return (self.scan_payload(mask, members, int(out.shape[0]), index_dtype), values), int(values.shape[0])
 
     def encode_rows(self, rows: torch.Tensor, block: torch.Tensor, members: torch.Tensor, num_rows: int,
-                    positions: Positions, index_dtype: torch.dtype) -> tuple[Message, int]:
+                    positions: Positions, index_dtype: torch.dtype) -> tuple[PullMessage, int]:
         """`encode` of a server whose non-zero rows are exactly `rows` (ascending, distinct, all in
         `members`), with values `block`: the same message bit for bit, with work proportional to len(rows)
         instead of len(members). `num_rows` is M."""
@@ -106,38 +79,16 @@ class Encoding(ABC):
         aggregate has `union` non-zero rows spread evenly over the partitions: what `costmodel.bp` charges."""
 
 
-_REGISTRY: dict[str, Encoding] = {}
-E = TypeVar("E", bound=Encoding)
-
-
-def register_encoding(name: str) -> Callable[[type[E]], type[E]]:
-    """Class decorator: registers one (stateless) instance under `name`; names are unique."""
-
-    def deco(cls: type[E]) -> type[E]:
-        if name in _REGISTRY:
-            raise ValueError(f"pull encoding {name!r} registered twice")
-        cls.name = name
-        _REGISTRY[name] = cls()
-        return cls
-
-    return deco
-
-
-@functools.cache
-def _load() -> None:
-    """Import every module of this package once; each registers its encoding."""
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
+ENCODINGS: Registry[Encoding] = Registry("pull encoding", ("zen.encodings",))
+register_encoding = ENCODINGS.register
 
 
 def encodings() -> list[str]:
     """Names of every registered pull encoding."""
-    _load()
-    return sorted(_REGISTRY)
+    return ENCODINGS.names()
 
 
+@functools.cache
 def get_encoding(name: str) -> Encoding:
-    _load()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown pull encoding {name!r}; choose one of {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
+    """The (stateless) encoding `name`, one instance per name; unknown names list the choices."""
+    return ENCODINGS.make(name)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from zen.encodings import Encoding, Positions, pack_bits, register_encoding, set_bits, unpack_bits
+from zen.bits import pack_bits, set_bits, unpack_bits
+from zen.encodings import Encoding, Positions, register_encoding
 from zen.types import WireLayout
 
 

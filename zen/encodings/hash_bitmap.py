@@ -7,13 +7,14 @@ from __future__ import annotations
 import torch
 
 from zen import native
-from zen.encodings import Encoding, Message, Positions, pack_bits, register_encoding, set_bits, unpack_bits
+from zen.bits import pack_bits, set_bits, unpack_bits
+from zen.encodings import Encoding, Positions, PullMessage, register_encoding
 from zen.types import WireLayout
 
 
 @register_encoding("hash_bitmap")
 class HashBitmap(Encoding):
-    def encode(self, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype) -> tuple[Message, int]:
+    def encode(self, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype) -> tuple[PullMessage, int]:
         if (fast := native.encode_hash_bitmap(out, members)) is not None:
             return fast, int(fast[1].shape[0])
         return super().encode(out, members, index_dtype)

@@ -38,6 +38,7 @@ from torchrec.distributed.model_parallel import DefaultDataParallelWrapper, Dist
 from torchrec.distributed.types import ShardingEnv
 
 from zen.ddp import StepRecord, ZenHookState, ddp_hook
+from zen.ddp.router import register_table_finder
 
 KNOWN_VERSIONS = ("1.8", "1.9")  # 1.8 run here; 1.9 read from its source: the same internals
 LOOKUPS = "_lookups"
@@ -104,6 +105,7 @@ def named_tables(collection: nn.Module, ddps: list[DistributedDataParallel]) -> 
     return tables
 
 
+@register_table_finder
 def data_parallel_tables(model: nn.Module) -> list[torch.Tensor]:
     """Every data-parallel table of a torchrec-sharded model, as its (rows, width) view (what
     `zen.embedding_params` adds for a sharded model); none for a model without sharded collections."""

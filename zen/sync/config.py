@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zen.comm.base import code_of
+from zen.twolevel import INTRA_MODES
 from zen.types import ZenInputError
 
-INTRA_MODES = ("dense", "sparse")
 NONFINITE = ("pass", "raise")
 
 

@@ -1,6 +1,6 @@
 """Spawn P real torch.distributed ranks on this machine and collect what each returns.
 
-Each rank is a fresh `python -m zen.launch` process (no fork of a process that already runs OpenMP
+Each rank is a fresh `python -m harness.launch` process (no fork of a process that already runs OpenMP
 threads) that initialises the process group, calls `module:function(**kwargs)` and pickles the
 return value. A rank that fails or overruns kills the whole group with a clear error. A `wrap`
 callable may prefix each rank's command line (e.g. `nsenter -t <holder> -n`), and `env` per rank lets
@@ -67,7 +67,7 @@ def spawn(target: str, world_size: int, kwargs: dict[str, Any] | None = None, *,
                             MASTER_ADDR=master_addr, MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                             ZEN_LAUNCHER_PID=str(os.getpid()))
             rank_env.update(env(rank) if env else {})
-            cmd = [*(wrap(rank) if wrap else []), *DIE_WITH_PARENT, sys.executable, "-m", "zen.launch",
+            cmd = [*(wrap(rank) if wrap else []), *DIE_WITH_PARENT, sys.executable, "-m", "harness.launch",
                    "--target", target, "--kwargs", str(args_file), "--out", str(Path(tmp, f"rank{rank}.pkl")),
                    "--backend", backend, "--pg-timeout", str(pg_timeout_s)]
             log = open(Path(tmp, f"rank{rank}.log"), "w+b")  # noqa: SIM115 - closed below
@@ -175,7 +175,7 @@ def _wait_all(procs: list[tuple[subprocess.Popen, Any]], timeout_s: float,
             tail = log.read().decode(errors="replace")[-3000:]
             why = f"rank {first} exited with {procs[first][0].returncode}" if failed else \
                 f"ranks still running after {timeout_s:.0f}s"
-            raise ZenCommError(f"zen.launch: {why}; its output ends with:\n{tail}")
+            raise ZenCommError(f"harness.launch: {why}; its output ends with:\n{tail}")
     finally:
         for p, log in procs:
             if p.poll() is None:
@@ -197,7 +197,7 @@ def rank_device(backend: str) -> Any:
 
 
 def worker_main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="one rank of zen.launch.spawn (internal)")
+    parser = argparse.ArgumentParser(description="one rank of harness.launch.spawn (internal)")
     parser.add_argument("--target", required=True)
     parser.add_argument("--kwargs", required=True)
     parser.add_argument("--out", required=True)

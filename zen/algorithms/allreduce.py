@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator, ring_chunk
+from zen.costmodel import Prediction, Sparsity
 from zen.grad import LocalGrad
 from zen.output import Output
 from zen.registry import register_scheme
@@ -17,6 +18,9 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 @register_scheme("allreduce")
 class DenseAllReduce:
     sparse_input = False
+    label = "AllReduce"
+    color = "#4d4d4d"  # one colour per scheme in every figure (Zen in reds)
+    marker = "s"
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         buffer = out.buffer
@@ -28,6 +32,9 @@ class DenseAllReduce:
             out.zero()
             put_rows(buffer, index, values)
         comm.all_reduce(buffer, phase="allreduce")
+
+    def closed_form(self, w: Sparsity) -> Prediction:
+        return Prediction(2 * (w.n - 1) / w.n * w.rows * w.width * w.value_bytes, 2 * (w.n - 1))
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         P, numel = layout.world_size, layout.rows * layout.width

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 from zen.comm.base import Communicator, Packed, count_meta, gather_v_meta
+from zen.costmodel import Prediction, Sparsity
 from zen.device import accelerated
-from zen.encodings import Message, get_encoding, nonzero_rows
+from zen.encodings import PullMessage, get_encoding, nonzero_rows
 from zen.grad import LocalGrad
 from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
 from zen.output import Output
@@ -20,7 +21,7 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 COMPACT_RATIO = 3
 
 
-def _compact_sum(received: list[Message], width: int) -> Message:
+def _compact_sum(received: list[PullMessage], width: int) -> PullMessage:
     """(ascending distinct ids, their non-zero sums) of the received messages. The sums are added message
     by message in rank order from zero, the same float operations as add_messages into a zeroed `out`."""
     rows, inverse = torch.unique(torch.cat([index for index, _ in received]), sorted=True, return_inverse=True)
@@ -38,6 +39,9 @@ class BalancedParallelism:
     """n = world size servers; server j owns the rows with h0(row) = j."""
 
     sparse_input = True
+    label = "Zen BP"
+    color = "#ff7f0e"  # one colour per scheme in every figure (Zen in reds)
+    marker = "o"
 
     def __init__(self, pull: str = "hash_bitmap", k: int = 3, r1_factor: float = 2.0, r2_ratio: float = 0.1):
         self.encoding = get_encoding(pull)  # ValueError listing the choices
@@ -55,7 +59,7 @@ class BalancedParallelism:
         self.pull_back(grad, comm, out, family, message, own)
 
     def push(self, grad: LocalGrad, comm: Communicator, stats: SyncStats,
-             family: HashFamily) -> list[Message]:
+             family: HashFamily) -> list[PullMessage]:
         """Partition this rank's non-zeros, send each partition to its server; returns the (row ids,
         values) every rank pushed to us, in rank order (ours included)."""
         index, values = grad.rows()
@@ -70,8 +74,8 @@ class BalancedParallelism:
         return received
 
     def aggregate(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats,
-                  family: HashFamily, received: list[Message]
-                  ) -> tuple[Message, Message | None]:
+                  family: HashFamily, received: list[PullMessage]
+                  ) -> tuple[PullMessage, PullMessage | None]:
         """Sum what was pushed to us, message by message in rank order, and encode it for the pull.
 
         Only the received ids can be non-zero in our partition. On CPU, when they are few next to |S_r|,
@@ -95,7 +99,7 @@ class BalancedParallelism:
         return message, (rows, sums)
 
     def pull_back(self, grad: LocalGrad, comm: Communicator, out: Output, family: HashFamily,
-                  message: Message, own: Message | None) -> None:
+                  message: PullMessage, own: PullMessage | None) -> None:
         """Ship our encoded partition to everyone and hand every partition's rows to `out`: on CPU (and for
         a rows output) as the decoded (ascending) row sets, which a dense output streams in one pass; on
         accelerator our rows (`own`, unless the buffer holds them) and the others' partitions scattered into it."""
@@ -115,6 +119,13 @@ class BalancedParallelism:
         for j, (payload, values) in enumerate(gathered):
             if j != r:
                 self.encoding.scatter(buffer, payload, members[offsets[j] : offsets[j + 1]], values, M)
+
+    def closed_form(self, w: Sparsity) -> Prediction:
+        """Push (n-1)/n of own COO, pull (n-1)/n of the union in the pull encoding (section 5)."""
+        share = (w.n - 1) / w.n
+        wire = WireLayout(w.n, w.rows, w.width, w.value_bytes, w.index_bytes)
+        pulled = self.encoding.pull_bytes(wire, w.gamma(w.n) * w.nnz)
+        return Prediction(share * w.nnz * w.coo_row + pulled, 2 * (w.n - 1))
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """push_r = sum_{i != r} |I_i ∩ S_r| coo_row; pull_r = sum_{j != r} payload_j (section 4)."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 
+from harness.bench.patterns import PATTERNS, compressed_gradient, index_set
+from harness.netem import parse_rate
 from zen import costmodel
-from zen.bench.patterns import PATTERNS, compressed_gradient, index_set
 from zen.cli_args import UsageError, positive_int
 from zen.compress import sparsifiers
-from zen.netem import parse_rate
 from zen.prediction import predict, uplink_bytes
 from zen.registry import schemes
 from zen.types import WireLayout
@@ -57,16 +57,18 @@ def run(args: argparse.Namespace) -> int:
         gamma_n = torch.unique(torch.cat(sets)).numel() / max(1, sum(s.numel() for s in sets) / n)
         layout = WireLayout(world_size=n, rows=M, seed=args.seed)
         exact = {name: max(uplink_bytes(predict(name, sets, layout, ranks_per_node=k), k)) for name in schemes()}
-    w = costmodel.Workload(n=n, rows=M, density=args.density, gamma=costmodel.gamma_from_union(n, gamma_n),
+    w = costmodel.Sparsity(n=n, rows=M, density=args.density, gamma=costmodel.gamma_from_union(n, gamma_n),
                            skew=args.skew)
-    intra = costmodel.two_level(w, k, costmodel.allreduce)[0] if k > 1 else 0.0
+    intra = costmodel.two_level_cost(w, k, lambda s: costmodel.closed_form("allreduce", s))[0] if k > 1 else 0.0
     print(f"# n={n} numel={M} density={args.density} gamma^n={gamma_n:.3f} skew={args.skew} "
           f"bandwidth={args.bandwidth} alpha={args.alpha_us}us"
           + (f" ranks_per_node={k} (two-level; intra-node dense MB per rank: {intra / 1e6:.3f})" if k > 1 else ""))
     print(f"{'scheme':>18} {'closed-form MB':>15} {'time ms':>9} {'exact MB':>9} {'exact ms':>9}")
-    for name in sorted(set(costmodel.CLOSED_FORMS) | set(exact)):
-        form = costmodel.CLOSED_FORMS.get(name)
-        pred = (form(w) if k == 1 else costmodel.two_level(w, k, form)[1]) if form else None
+    forms = {name: (lambda s, name=name: costmodel.closed_form(name, s)) for name in costmodel.closed_forms()}
+    forms["bp-without-index"] = costmodel.bp_without_index
+    for name in sorted(set(forms) | set(exact)):
+        form = forms.get(name)
+        pred = (form(w) if k == 1 else costmodel.two_level_cost(w, k, form)[1]) if form else None
         cells = [f"{k * pred.bytes_received / 1e6:15.3f}", f"{1e3 * costmodel.node_time(pred, k, net):9.2f}"] \
             if pred else ["-".rjust(15), "-".rjust(9)]
         if name in exact:

@@ -44,6 +44,7 @@ share the CPUs, and small collectives cost 0.5-25 ms in software.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -88,6 +89,15 @@ def parse_rate(rate: str | float) -> float:
     return bits
 
 
+def rate(text: str) -> str:
+    """An argparse type: a link rate the emulated cluster accepts (1gbit, 500mbit, ...), kept as written."""
+    try:
+        parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def ring_allreduce_seconds(nbytes: float, world_size: int, rate_bps: float) -> float:
     """The bandwidth bound of a ring all-reduce: each link carries 2(n-1)/n of the message."""
     return 2 * (world_size - 1) / world_size * nbytes * 8 / rate_bps
@@ -95,7 +105,8 @@ def ring_allreduce_seconds(nbytes: float, world_size: int, rate_bps: float) -> f
 
 @dataclass
 class ClusterSpec:
-    """What `zen.launch.spawn` needs to run rank r in node r // ranks_per_node: `spawn(..., **spec.spawn_kwargs())`."""
+    """What `harness.launch.spawn` needs to run rank r in node r // ranks_per_node:
+    `spawn(..., **spec.spawn_kwargs())`."""
 
     world_size: int  # ranks
     rate_bps: float

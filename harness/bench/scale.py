@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 import zen
+from harness.bench.patterns import PATTERNS, index_set, make_gradient
+from harness.provenance import write_atomic, write_csv
 from zen import costmodel
-from zen.bench.patterns import PATTERNS, index_set, make_gradient
 from zen.cli_args import UsageError, count, world_sizes
 from zen.prediction import predict, totals
-from zen.provenance import write_atomic, write_csv
 from zen.registry import schemes
 from zen.types import WireLayout
 
@@ -78,7 +78,7 @@ def rows_for(n: int, rows: int, sets: list[torch.Tensor], names: list[str], args
         received = totals(predict(name, sets, layout))
         out.append({"scheme": name, "world_size": n, "bytes_received_max": max(received),
                     "bytes_received_mean": sum(received) / n})
-    ideal = costmodel.bp_without_index(costmodel.Workload(
+    ideal = costmodel.bp_without_index(costmodel.Sparsity(
         n=n, rows=rows, density=mean_nnz / rows, gamma=lambda m: gamma_n))
     out.append({"scheme": IDEAL, "world_size": n, "bytes_received_max": ideal.bytes_received,
                 "bytes_received_mean": ideal.bytes_received})

@@ -1,7 +1,7 @@
 """Run schemes on one synthetic input and turn per-rank stats and times into table rows.
 
 Backends: `sim` (virtual ranks in-process; time = max bytes received / modelled bandwidth, since
-wall time of P threads on 2 cores means nothing), `gloo` / `nccl` (real ranks spawned by zen.launch,
+wall time of P threads on 2 cores means nothing), `gloo` / `nccl` (real ranks spawned by harness.launch,
 optionally inside the emulated cluster; time = per-iteration max over ranks, barrier before each).
 Every timed call is dense-in, dense-out with extraction included, into a reused output buffer or, with
 `in_place`, into the input itself (as DDP's buckets are; the input is refilled before the untimed barrier).
@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
+from harness.bench.patterns import compressed_gradient, make_gradient
+from harness.reference import matches_reference, reference_sum
 from zen import costmodel
 from zen.api import simulate, sync
-from zen.bench.patterns import compressed_gradient, make_gradient
-from zen.bench.reference import matches_reference, reference_sum
 from zen.comm.sim import SimComm, SimGroup
 from zen.prediction import link_class, uplink_bytes
 from zen.registry import make_scheme
@@ -49,7 +49,7 @@ class BenchConfig:
     sim_bandwidth_gbps: float = 25.0  # modelled link rate for sim times
     in_place: bool = False  # out = the input buffer (DDP's case): sparse schemes skip a write of the whole output
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # scheme -> options
-    compress: str | None = None  # inputs: what this compressor of `density` chooses (zen.bench.patterns)
+    compress: str | None = None  # inputs: what this compressor of `density` chooses (harness.bench.patterns)
     ranks_per_node: int = 1  # consecutive ranks per node (namespace)
     flat: bool = False  # with ranks_per_node > 1: sync over all ranks at once, not two-level
     intra: str = "dense"  # two-level: the node steps, dense (the paper's) or sparse rows
@@ -68,7 +68,8 @@ class RankRecord:
     checksum: float
     correct: bool | None
     alpha_s: float = 0.0  # median latency of a tiny collective on this rank's network
-    gloo_loop: str = "-"  # scheduling policy of this rank's gloo event loop (zen.launch.gloo_loop_policy)
+    gloo_loop: str = "-"  # scheduling policy of this rank's gloo event loop (harness.launch.gloo_loop_policy)
+    cpu_s: list[float] = field(default_factory=list)  # CPU time per call, all of this rank's threads
 
 
 def union_density(cfg: BenchConfig) -> float:
@@ -123,7 +124,7 @@ def run_sim(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
 
 
 def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
-    """Body of one real rank (target of zen.launch.spawn)."""
+    """Body of one real rank (target of harness.launch.spawn)."""
     import torch.distributed as dist
 
     from zen.comm import scheduling
@@ -144,24 +145,25 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     records = {}
     for name in cfg.schemes:
         scheme = make_scheme(name, **cfg.options.get(name, {}))
-        times, stats = [], SyncStats()
+        times, cpu, stats = [], [], SyncStats()
         for i in range(cfg.warmup + cfg.repeats):
             if cfg.in_place:
                 out.copy_(grad)
             dist.barrier()
             if comm.device.type == "cuda":
                 torch.cuda.synchronize()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             _, stats = sync(scheme, source, comm, out, nodes=nodes)
             if comm.device.type == "cuda":
                 torch.cuda.synchronize()
             if i >= cfg.warmup:
                 times.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - cpu_start)
         correct = None
         if reference is not None:
             correct = matches_reference(out.cpu(), *reference, cfg.world_size)
         checksum = float(out.double().mul(torch.arange(1, out.numel() + 1, device=out.device) % 97).sum())
-        records[name] = RankRecord(stats, times, checksum, correct, alpha, gloo_loop)
+        records[name] = RankRecord(stats, times, checksum, correct, alpha, gloo_loop, cpu)
     return records
 
 
@@ -211,7 +213,7 @@ def predicted_seconds(cfg: BenchConfig, name: str, recs: list[RankRecord]) -> fl
     uplinks (a node's ranks share one; its "intra:" phases stay on the node, their copies are local work).
     A flat run on nodes of several ranks counts what two ranks of one node exchange on the uplink too: an
     upper bound."""
-    from zen.netem import parse_rate
+    from harness.netem import parse_rate
 
     net = costmodel.Network(alpha=statistics.median(r.alpha_s for r in recs),
                             bandwidth=parse_rate(cfg.bandwidth) / 8)
@@ -225,12 +227,12 @@ def predicted_seconds(cfg: BenchConfig, name: str, recs: list[RankRecord]) -> fl
 
 
 def run_dist(cfg: BenchConfig) -> dict[str, list[RankRecord]]:
-    from zen.launch import spawn
+    from harness.launch import spawn
 
     backend = "nccl" if cfg.backend == "nccl" else "gloo"
-    target, kwargs = "zen.bench.harness:dist_worker", {"cfg": cfg}
+    target, kwargs = "harness.bench.harness:dist_worker", {"cfg": cfg}
     if cfg.bandwidth:
-        from zen.netem import emulated_cluster
+        from harness.netem import emulated_cluster
 
         with emulated_cluster(cfg.world_size, cfg.bandwidth, ranks_per_node=cfg.ranks_per_node) as cluster:
             per_rank = spawn(target, cfg.world_size, kwargs, backend=backend, **cluster.spawn_kwargs())
@@ -278,6 +280,7 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
             "bytes_received_max": max(recv), "bytes_received_mean": statistics.fmean(recv),
             "phases_received_max": {p: max(r.stats.traffic.received.get(p, 0) for r in recs) for p in phases},
             "push_imbalance": push, "pull_imbalance": pull,
+            "cpu_ms_median": _cpu_ms_median(recs),
             "time_ms_median": 1e3 * median, "time_ms_p99": 1e3 * _percentile(per_iter, 0.99),
             "time_source": "bytes/bandwidth" if cfg.backend == "sim" else "measured",
             "algbw_GBps": cfg.numel * itemsize / median / 1e9 if median else None,
@@ -289,6 +292,13 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
     for r in out:
         r["speedup_vs_allreduce"] = base["time_ms_median"] / r["time_ms_median"] if base else None
     return out
+
+
+def _cpu_ms_median(recs: list[RankRecord]) -> float | None:
+    """Median over calls of the ranks' mean CPU time per call (None where not measured: the simulator)."""
+    if not recs[0].cpu_s:
+        return None
+    return 1e3 * statistics.median([statistics.fmean(c) for c in zip(*(r.cpu_s for r in recs), strict=True)])
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -6,13 +6,14 @@ import argparse
 
 import torch.distributed as dist
 
-from zen.bench.harness import DTYPES, BenchConfig, run_bench
-from zen.bench.patterns import PATTERNS
-from zen.bench.report import json_lines, markdown, table
-from zen.cli_args import UsageError, count, positive_int, rate
+from harness.bench.harness import DTYPES, BenchConfig, run_bench
+from harness.bench.patterns import PATTERNS
+from harness.bench.report import json_lines, markdown, table
+from harness.netem import rate
+from harness.provenance import write_atomic
+from zen.cli_args import UsageError, count, positive_int
 from zen.compress import sparsifiers
 from zen.encodings import encodings
-from zen.provenance import write_atomic
 from zen.registry import schemes
 
 

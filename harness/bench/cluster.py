@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
+from harness.netem import parse_rate
+from harness.provenance import write_csv
 from zen import costmodel
 from zen.cli_args import UsageError, positive_int, world_sizes
 from zen.grad import extract_rows
-from zen.netem import parse_rate
 from zen.prediction import link_class, predict, uplink_bytes
-from zen.provenance import write_csv
 from zen.registry import make_scheme, schemes
 from zen.types import WireLayout
 
@@ -93,9 +93,9 @@ def step_time(scheme: str, params: list[dict[str, Any]], sets: list[list[torch.T
         messages += 2 * (cl.nodes - 1) + (2 * (k - 1) if k > 1 else 0)
         if sparse:
             local += int(p["rows"]) * int(p["width"]) / k / cl.local_rate
-    dense = costmodel.Workload(n=n, rows=dense_numel, density=1.0, gamma=lambda m: 1.0)
-    dense_intra, dense_inner = costmodel.two_level(dense, k, costmodel.allreduce) if k > 1 else \
-        (0.0, costmodel.allreduce(dense))
+    dense = costmodel.Sparsity(n=n, rows=dense_numel, density=1.0, gamma=lambda m: 1.0)
+    allreduce = lambda s: costmodel.closed_form("allreduce", s)  # noqa: E731 - a form for two_level_cost
+    dense_intra, dense_inner = costmodel.two_level_cost(dense, k, allreduce) if k > 1 else (0.0, allreduce(dense))
     intra += dense_intra
     uplink += k * dense_inner.bytes_received
     intra_s = 8 * intra / cl.intra_bps if k > 1 else 0.0

@@ -1,0 +1,1 @@
+"""Microbenchmark harness: synthetic sparsity patterns, simulated and real runs, nccl-tests style table."""

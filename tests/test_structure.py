@@ -1,0 +1,83 @@
+"""The house rules the code must keep: the library stands without the harness, its modules import each other
+without cycles, and its internal functions take few parameters."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import zen
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = ("baselines", "workloads", "workflow", "harness", "simulator", "scripts", "tests")
+
+
+def _modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in sorted((ROOT / "zen").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = ast.parse(path.read_text(), str(path))
+    return found
+
+
+def _imports(tree: ast.Module, top_only: bool, modules: dict[str, ast.Module] | None = None) -> set[str]:
+    """What a module imports: `from a import b` is module a.b where that is a module, else a."""
+    nodes = tree.body if top_only else list(ast.walk(tree))
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                names.add(sub if modules is not None and sub in modules else node.module)
+    return names
+
+
+def test_importing_zen_loads_nothing_of_the_harness() -> None:
+    code = ("import sys, zen; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            f"{HARNESS!r}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_zen_never_imports_the_harness() -> None:
+    for name, tree in _modules().items():
+        bad = sorted(m for m in _imports(tree, top_only=False) if m.split(".")[0] in HARNESS)
+        assert not bad, f"{name} imports {bad}"
+
+
+def test_zen_modules_import_each_other_without_cycles() -> None:
+    modules = _modules()
+    graph = {name: {m for m in _imports(tree, True, modules) if m in modules and m != name}
+             for name, tree in modules.items()}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(name):], name]))
+        if name in done:
+            return
+        for dep in sorted(graph[name]):
+            visit(dep, [*path, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_internal_functions_take_at_most_eight_parameters() -> None:
+    """Options travel as one configuration (zen.sync.SyncConfig), not through every signature; the public
+    functions (zen.__all__) keep their keyword options."""
+    too_many = []
+    for name, tree in _modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name not in zen.__all__:
+                a = node.args
+                params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg not in ("self", "cls")]
+                if len(params) > 8:
+                    too_many.append(f"{name}.{node.name} ({len(params)})")
+    assert not too_many, too_many
