@@ -10,18 +10,19 @@ export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE := 1
 
-.PHONY: all setup run test lint bench-quick clean
+.PHONY: all setup run validate test lint bench-quick clean
 
 all: run
 
-$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml scripts/setup_simgrid.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --no-deps -r requirements.lock
 	$(PY) -m pip install -q --no-deps -r requirements-workloads.txt
 	$(PY) -m pip install -q --no-deps -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
-	@# the harness (baselines/, workloads/, harness/) runs from this checkout: put it on the venv's path
+	@# the harness (baselines/, workloads/, harness/, simulator/) runs from this checkout: put it on the venv's path
 	$(PY) -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'zen-checkout.pth').write_text('$(CURDIR)\n')"
+	sh scripts/setup_simgrid.sh $(PY)  # the step simulator's engine (simulator/): SimGrid's Python module
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -35,6 +36,12 @@ run: setup
 		exec $(SNAKEMAKE) --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)'; rc=$$?; \
 		if [ $$rc -eq 75 ]; then echo "make: another 'make' is running the pipeline in this checkout" >&2; fi; \
 		exit $$rc
+
+# The step simulator against the emulated cluster at two link rates (the default's 1 Gbit/s training cells plus
+# 2.5 Gbit/s launches): results/figures/sim_validation.{png,csv}; time nothing else meanwhile.
+validate: setup
+	$(VENV)/bin/snakemake results/figures/sim_validation.png --configfile workflow/config/default.yaml \
+		workflow/config/validation.yaml --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)
 
 test: setup
 	$(PY) -m pytest -q

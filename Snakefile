@@ -21,6 +21,7 @@ include: "workflow/rules/scale.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/kernels.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/simulate.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -39,6 +40,8 @@ localrules:
     aggregate_kernels,
     aggregate_training,
     aggregate_compressed,
+    aggregate_validation,
+    aggregate_paper_sim,
     aggregate_torchrec,
     log_bench_wandb,
     plot_figure,

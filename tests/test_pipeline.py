@@ -22,6 +22,7 @@ import figures  # noqa: E402
 import report  # noqa: E402
 
 SCHEMES = ["allreduce", "agsparse", "sparcml", "zen"]
+SIMULATOR_FIGURES = {"sim_validation", "sim_paper"}
 
 
 def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
@@ -43,7 +44,26 @@ def test_default_config_dry_run(tmp_path):
                  "simulate_pull_encoding", "bench_kernels", "train_workload", "train_compressed", "train_torchrec",
                  "aggregate_torchrec", "plot_figure", "write_report"):
         assert jobs.get(rule, 0) >= 1, (rule, jobs)
-    assert jobs["plot_figure"] == len(figures.FIGURES)
+    # the step simulator's figures come from `make validate` (workflow/config/validation.yaml), not the default run
+    assert jobs["plot_figure"] == len(set(figures.FIGURES) - SIMULATOR_FIGURES)
+    assert not {"measure_timeline", "calibrate_messages", "simulate_validation", "simulate_paper"} & set(jobs), jobs
+
+
+def test_validation_overlay_dry_run(tmp_path):
+    """`make validate`'s target: every validation cell simulated, the 1 Gbit/s ones from the default run's own
+    training cells and the 2.5 Gbit/s ones from launches of their own (emulated links only: on loopback there is
+    nothing to validate against)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0 or any(shutil.which(t) is None for t in ("ip", "tc", "nsenter", "unshare", "setpriv")):
+        pytest.skip("no link emulation here (root and iproute2): the validation has no cells")
+    jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml", "workflow/config/validation.yaml",
+                      "-p", "results/figures/sim_validation.png")
+    assert jobs["simulate_validation"] == 2 * 3 * 2, jobs  # lstm, dlrm x 2, 4, 8 ranks x 1, 2.5 Gbit/s
+    assert jobs["train_validation"] == 2 * 3 and jobs["train_workload"] >= 1, jobs
+    assert jobs["measure_timeline"] == 2 and jobs["calibrate_messages"] == 1 and jobs["plot_figure"] == 1, jobs
+    assert "simulate_paper" not in jobs and "write_report" not in jobs, jobs
 
 
 def test_paper_config_dry_run_with_slurm_profile(tmp_path):

@@ -12,7 +12,7 @@ from torch import nn
 
 from zen.plugins import Registry
 
-PRESETS = ("tiny", "small", "scaled", "paper")
+PRESETS = ("tiny", "small", "scaled", "paper", "table1")
 
 
 @dataclass

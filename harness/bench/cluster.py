@@ -129,6 +129,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulated", type=world_sizes, default=[], help="also model these world sizes of the "
                    "emulated cluster (one rank per node), to compare with measured training")
     p.add_argument("--emulated-bandwidth", default="1gbit")
+    p.add_argument("--embedding-params", type=float, default=None, help="lay the trace's rows out as tables of "
+                   "this many parameters in all (width = it / rows: the paper's Table 1 size on a paper-density "
+                   "trace, as the step simulator does); default: the profiled widths")
     p.add_argument("--csv", default=None)
 
 
@@ -158,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     params, sets, dense_numel = load_profile(args.profile)
+    if args.embedding_params:
+        width = max(1, round(args.embedding_params / sum(int(p["rows"]) for p in params)))
+        params = [{**p, "width": width} for p in params]
     workload = args.workload or json.loads((args.profile / "profile.json").read_text())["workload"]
     cl = Cluster(args.nodes, args.gpus_per_node, uplink, intra, _rate(args.local_rate))
     workers = len(sets[0])

@@ -19,6 +19,10 @@ FIGURE_INPUTS = {
     "fig13_compressed": [AGG + "/training_compressed.csv"],
     "fig13_compressed_loss": [AGG + "/training_compressed_steps.csv"],
 }
+if validation_cells():
+    FIGURE_INPUTS["sim_validation"] = [AGG + "/sim_validation.csv"]
+if PAPER_SIM.get("workloads"):
+    FIGURE_INPUTS["sim_paper"] = [AGG + "/sim_paper.csv"]
 
 
 rule plot_figure:

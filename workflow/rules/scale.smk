@@ -92,10 +92,12 @@ rule model_cluster:
         emulated=lambda wildcards: csv_list(emulated_cells(wildcards.workload)),
         folder=lambda wildcards: f"{RESULTS}/{UNION_PROFILE}/{wildcards.workload}",
         rate=emulated_bandwidth() or "1gbit",
+        tables=lambda wildcards: (f"--embedding-params {config['cluster']['embedding_params'][wildcards.workload]}"
+                                  if wildcards.workload in config.get("cluster", {}).get("embedding_params", {}) else ""),
     shell:
         "{ZEN} cluster --profile {params.folder} --schemes {params.schemes} --nodes {params.c[nodes]}"
         " --gpus-per-node {params.c[gpus_per_node]} --bandwidth {params.c[bandwidth]}"
-        " --intra-bandwidth {params.c[intra_bandwidth]} --local-rate {params.c[local_rate]}"
+        " --intra-bandwidth {params.c[intra_bandwidth]} --local-rate {params.c[local_rate]} {params.tables}"
         " $(test -n '{params.emulated}' && echo --emulated {params.emulated} --emulated-bandwidth {params.rate})"
         " --csv {output} > {log} 2>&1"
 

@@ -457,6 +457,57 @@ def _loss_curves(df: pd.DataFrame, schemes: list[str] | None) -> tuple[plt.Figur
     return fig, data
 
 
+def sim_validation(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Measured vs simulated step time of every validation cell, and the error distribution."""
+    df = frames[0]
+    data = df[["workload", "scheme", "world_size", "bandwidth", "measured_ms", "measured_ms_lo", "measured_ms_hi",
+               "simulated_ms"]].copy()
+    data["error"] = data["simulated_ms"] / data["measured_ms"] - 1
+    fig, (ax, hist) = _panels(2)
+    for scheme, cell in data.groupby("scheme", sort=True):
+        ax.errorbar(cell["measured_ms"], cell["simulated_ms"], xerr=[cell["measured_ms"] - cell["measured_ms_lo"],
+                    cell["measured_ms_hi"] - cell["measured_ms"]], fmt="o", ms=4, label=label(scheme),
+                    color=color(scheme))
+    top = float(max(data["measured_ms_hi"].max(), data["simulated_ms"].max())) * 1.1
+    for k, style in ((1.0, "-"), (1.15, "--"), (0.85, "--")):
+        ax.plot([0, top], [0, k * top], style, color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured ms/step (zen train)")
+    ax.set_ylabel("simulated ms/step (SimGrid)")
+    ax.set_title("(a) every scheme x workload x ranks x link rate")
+    hist.hist(100 * data["error"], bins=20, color="grey")
+    hist.set_xlabel("(simulated - measured) / measured, %")
+    hist.set_ylabel("cells")
+    hist.set_title(f"(b) median |error| {data['error'].abs().median():.0%}, max {data['error'].abs().max():.0%}")
+    _legend(fig, [ax])
+    return fig, data
+
+
+def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Simulated throughput vs machines per workload and NIC rate, and Zen's communication speedups."""
+    df = frames[0]
+    data = df[["workload", "scheme", "nodes", "gpus_per_node", "world_size", "bandwidth_gbps", "samples_per_s",
+               "step_ms", "exposed_comm_ms", "zen_speedup", "zen_comm_speedup", "model_comm_ms"]]
+    cells = list(data.groupby(["workload", "bandwidth_gbps"], sort=True))
+    fig, axes = _panels(len(cells) + 1)
+    for ax, ((workload, rate), cell) in zip(axes, cells, strict=False):
+        for scheme, line in cell.groupby("scheme", sort=True):
+            ax.plot(line["nodes"], line["samples_per_s"], "o-", label=label(scheme), color=color(scheme))
+        ax.set_xlabel("machines (x 8 GPUs)")
+        ax.set_ylabel("samples/s (simulated)")
+        ax.set_title(f"{workload}, {rate:g} Gbps")
+        ax.grid(alpha=0.3)
+    bars = axes[-1]
+    top = data[(data["nodes"] == data["nodes"].max()) & (data["scheme"] == "allreduce")]
+    labels = [f"{w}\n{r:g}G" for w, r in zip(top["workload"], top["bandwidth_gbps"], strict=True)]
+    bars.bar(labels, top["zen_comm_speedup"], color="grey")
+    bars.set_ylabel("Zen's comm speedup over AllReduce")
+    bars.set_title(f"Fig 15 at {int(data['nodes'].max())} machines")
+    _legend(fig, axes[:-1])
+    return fig, data
+
+
 FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {
     "microbench_sim": microbench_sim,
     "microbench_real": microbench_real,
@@ -472,6 +523,8 @@ FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame
     "fig18_loss": fig18_loss,
     "fig13_compressed": fig13_compressed,
     "fig13_compressed_loss": fig13_compressed_loss,
+    "sim_validation": sim_validation,
+    "sim_paper": sim_paper,
 }
 
 

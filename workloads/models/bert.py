@@ -44,6 +44,9 @@ PRESETS = {
     # 1.06%); the MLM decoder (dense, 30522 x 256) is half the bytes and most of the compute
     "scaled": BertPreset(article_limit=None, hidden=256, layers=2, heads=4, intermediate=512, seq_len=64,
                          positions=64, batch_size=5, lr=0.1),
+    # traces at BERT's per-GPU density (Zen section 2: 1.06%): 5 sequences of 128 tokens, narrow
+    "table1": BertPreset(article_limit=None, hidden=16, layers=1, heads=2, intermediate=32, seq_len=128,
+                         positions=128, batch_size=5, lr=0.1),
     # BERT-base
     "paper": BertPreset(article_limit=None, hidden=768, layers=12, heads=12, intermediate=3072, seq_len=128,
                         positions=512, batch_size=8, lr=0.02),

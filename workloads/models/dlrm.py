@@ -40,6 +40,9 @@ PRESETS = {
     # per step at batch 1024, the paper's 2.80%), a small MLP: AllReduce ~85% communication at 4 x 1 Gbit/s
     "scaled": DLRMPreset(max_rows=30_000, embedding_dim=64, dense_arch=(64, 64), over_arch=(64, 1), batch_size=1024,
                          lr=0.1),
+    # traces at DeepFM's per-GPU density (Table 1: 2.80%) at its batch of 1024: tables of at most 22k rows, narrow
+    "table1": DLRMPreset(max_rows=22_000, embedding_dim=8, dense_arch=(8, 8), over_arch=(8, 1), batch_size=1024,
+                         lr=0.1),
     # the DLRM reference configuration for Criteo Kaggle, at the paper's batch
     "paper": DLRMPreset(max_rows=None, embedding_dim=16, dense_arch=(512, 256, 64, 16), over_arch=(512, 256, 1),
                         batch_size=1024, lr=0.1),

@@ -37,6 +37,8 @@ PRESETS = {
     # 3.44x communication speedups): width 128, 2 layers, 2 x 64 tokens per rank, so the 13.3M parameters'
     # allreduce outweighs the compute; the untied lm_head (dense, 50257 x 128) is half the bytes
     "scaled": GPT2Preset(article_limit=None, n_embd=128, n_layer=2, n_head=2, n_ctx=64, batch_size=2, lr=0.1),
+    # traces at NMT's per-GPU density (Table 1: 2.47%) at its batch of 64 sentences: 64 windows of 40 tokens, narrow
+    "table1": GPT2Preset(article_limit=None, n_embd=16, n_layer=1, n_head=2, n_ctx=40, batch_size=64, lr=0.1),
     # GPT-2 small (124M) plus its untied lm_head
     "paper": GPT2Preset(article_limit=None, n_embd=768, n_layer=12, n_head=12, n_ctx=1024, batch_size=8,
                         lr=0.02),

@@ -54,6 +54,11 @@ PRESETS = {
     # 256 -> 128, a sampled softmax with 512 negatives; ~26M parameters, almost all in the two tables
     "scaled": LSTMPreset(corpora=("ptb", "bbc"), sentence_limit=None, embedding_rows=100_000, embedding_dim=128,
                          hidden=256, layers=1, proj=128, seq_len=20, batch_size=64, lr=0.5, samples=512),
+    # traces at the paper's per-GPU density (Table 1: 1.13%) at its batch (128 x 20 words): a sampled softmax of 1024
+    # negatives, 120k-row tables; widths are small (a row set does not depend on them: the simulator applies the
+    # paper's parameter count)
+    "table1": LSTMPreset(corpora=("ptb", "bbc"), sentence_limit=None, embedding_rows=120_000, embedding_dim=8,
+                         hidden=16, layers=1, proj=8, seq_len=20, batch_size=128, lr=0.5, samples=1024),
     # One Billion Word sizes: 793,471-word embedding of width 512, LSTMP 2048 -> 512, 20 steps, batch 128
     "paper": LSTMPreset(corpora=("ptb", "bbc"), sentence_limit=None, embedding_rows=LM1B_VOCAB,
                         embedding_dim=512, hidden=2048, layers=1, proj=512, seq_len=20, batch_size=128,

@@ -1,0 +1,135 @@
+"""`python -m simulator`: the step simulator's command line (bad arguments: one line, exit 2).
+
+  timeline   this machine's compute timeline of a workload (one thread, DDP's buckets)
+  calibrate  this machine's cost of a message on the emulated cluster
+  validate   one emulated-cluster cell simulated, beside what `zen train` measured there
+  paper      the paper's cluster (and larger) simulated from a paper-density trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from zen.cli_args import UsageError, positive_int, world_sizes
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the usage too)
+        raise UsageError(message)
+
+
+def _rate(text: str) -> float:
+    from harness.netem import parse_rate
+
+    try:
+        return parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m simulator", description="a step simulator on SimGrid (issue 30)")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    t = sub.add_parser("timeline", help="this machine's compute timeline of a workload")
+    t.add_argument("--workload", required=True)
+    t.add_argument("--preset", default="scaled")
+    t.add_argument("--steps", type=positive_int, default=8)
+    t.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("calibrate", help="this machine's cost of a message on the emulated cluster")
+    c.add_argument("--bandwidth", default="1gbit")
+    c.add_argument("--repeats", type=positive_int, default=20)
+    c.add_argument("--out", type=Path, required=True)
+    v = sub.add_parser("validate", help="one emulated-cluster cell simulated beside its measurement")
+    v.add_argument("--measured", type=Path, nargs="+", required=True,
+                   help="`zen train --out` JSONs of one workload and world size (one per link rate), or an "
+                        "aggregated training CSV (fig11_throughput.csv) with --workload and --world-size")
+    v.add_argument("--workload", help="the cell to take from a CSV")
+    v.add_argument("--world-size", type=positive_int, help="the cell to take from a CSV")
+    v.add_argument("--timeline", type=Path, required=True, help="`python -m simulator timeline --out`")
+    v.add_argument("--cost", type=Path, required=True, help="`python -m simulator calibrate --out`")
+    v.add_argument("--cores", type=positive_int, default=2)
+    v.add_argument("--csv", type=Path, required=True)
+    pp = sub.add_parser("paper", help="the paper's cluster simulated from a paper-density trace")
+    pp.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
+    pp.add_argument("--workload", required=True, choices=["lstm", "dlrm", "gpt2", "bert"])
+    pp.add_argument("--nodes", type=world_sizes, default=[16])
+    pp.add_argument("--gpus-per-node", type=positive_int, default=8)
+    pp.add_argument("--bandwidth", type=_rate, action="append", help="NIC rate (repeatable; default 25gbit)")
+    pp.add_argument("--schemes", default="allreduce,agsparse,sparcml,omnireduce,sparse_ps,zen")
+    pp.add_argument("--csv", type=Path, required=True)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if os.environ.get("ZEN_PIPELINE_PID", "").isdigit():  # a pipeline job goes when the pipeline goes
+            from harness.launch import exit_with
+
+            exit_with(int(os.environ["ZEN_PIPELINE_PID"]))
+        return _run(args)
+    except UsageError as exc:
+        print(f"python -m simulator: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "timeline":
+        from simulator import timeline
+
+        t = timeline.measure(args.workload, args.preset, steps=args.steps)
+        timeline.save(t, args.out)
+        print(f"{args.workload}/{args.preset}: forward {1e3 * t.forward_s:.1f} ms, backward "
+              f"{1e3 * t.backward_s:.1f} ms ({len(t.buckets)} buckets), optimizer {1e3 * t.optimizer_s:.1f} ms "
+              "(one thread's CPU time)")
+        return 0
+    if args.command == "calibrate":
+        from simulator.calibrate import measure
+
+        cost = measure(args.bandwidth, args.repeats)
+        cost.save(args.out)
+        print(cost)
+        return 0
+    if args.command == "validate":
+        from simulator.compare import reports_from_throughput, validate_cells
+
+        for path in (*args.measured, args.timeline, args.cost):
+            if not path.is_file():
+                raise UsageError(f"{path}: no such file")
+        reports = []
+        for path in args.measured:
+            if path.suffix == ".csv":
+                if not (args.workload and args.world_size):
+                    raise UsageError("a CSV of measurements needs --workload and --world-size")
+                reports += reports_from_throughput(path, args.workload, args.world_size)
+            else:
+                reports.append(json.loads(path.read_text()))
+        rows = validate_cells(reports, args.timeline, args.cost, args.cores)
+        from harness.provenance import write_csv
+
+        write_csv(args.csv, rows)
+        for r in rows:
+            print(f"{r['workload']:>5} n={r['world_size']} {r['bandwidth']:>8} {r['scheme']:>11}  measured "
+                  f"{r['measured_ms']:8.1f} ms  simulated {r['simulated_ms']:8.1f} ms  ({r['error']:+.1%})")
+        return 0
+    if args.command == "paper":
+        from harness.provenance import write_csv
+        from simulator.paper import table
+
+        if not (args.profile / "traces.pt").is_file():
+            raise UsageError(f"--profile {args.profile}: no traces.pt there")
+        rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
+                     args.schemes.split(","))
+        write_csv(args.csv, rows)
+        for r in rows:
+            print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
+                  f"{r['scheme']:>11}  step {r['step_ms']:8.2f} ms  exposed comm {r['exposed_comm_ms']:8.2f} ms  "
+                  f"(model {r['model_comm_ms']:8.2f})  zen over it {r['zen_speedup']:.2f}x, "
+                  f"comm {r['zen_comm_speedup']:.2f}x")
+        return 0
+    raise UsageError(f"unknown command {args.command}")

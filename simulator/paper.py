@@ -1,0 +1,239 @@
+"""The paper's cluster simulated (section 6: 16 machines x 8 V100, 25 Gbps TCP or 100 Gbps), and larger ones,
+from a trace at the paper's density (`zen profile --preset table1 --rows-from ids`).
+
+The model of a workload at the paper's scale (`SETTINGS`): Table 1's embedding parameters are the sparse part,
+laid out as the trace's rows (the rows its workers' batches touch) times the width that gives Table 1's
+parameter count; the dense part is the rest of the paper's model (stated per workload). Each GPU is a rank;
+the embedding bucket syncs two-level as the paper does (section 5 step 2, zen.twolevel): a dense reduce-scatter
+of contiguous row shards over NVLink, the scheme across machines on each shard of the machine's sum (the real
+scheme recorded through the recording communicator, one group of machines per shard), an all-gather over
+NVLink. The dense part goes by a ring all-reduce over all GPUs, as NCCL's. The compute timeline is a stated
+roofline (`V100`), local work of a sparse call one pass over its shard at the paper's hashing rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from simulator import engine, platform
+from simulator.record import record_once
+from simulator.schedule import COLLECTIVES, Comm, Compute, Item, StepResult
+from simulator.step import Calls, step_streams
+from simulator.timeline import Bucket, Param, Timeline
+from simulator.widths import extrapolate, plan
+from zen.api import sync
+from zen.registry import make_scheme
+from zen.twolevel import shard_bounds
+
+V100_FLOPS = 15.7e12  # fp32 peak of a Tesla V100 SXM2 (NVIDIA's V100 datasheet)
+V100_UTILIZATION = 0.4  # stated assumption: 40% of peak in training
+V100_HASH_RATE = 214e6 / 6e-3  # elements per second: the paper's hashing of 214M elements in ~6 ms (Fig 16)
+NVLINK_BPS = 1200e9  # ~150 GB/s between two V100s of a DGX-1 machine
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A workload at the paper's scale: Table 1's embedding parameters, the rest of the model (dense), tokens a
+    GPU trains on per step (6 x dense parameters FLOPs per token: forward and backward)."""
+
+    paper_name: str
+    embedding_params: float
+    dense_params: float
+    tokens: int
+    batch: int
+    dense_source: str
+
+
+SETTINGS = {
+    "lstm": Setting("LSTM", 406e6, 9.45e6, 128 * 20, 128, "the LSTMP layer (2048 -> 512) of the 1B-word LSTM"),
+    "dlrm": Setting("DeepFM", 214e6, 0.48e6, 1024, 1024, "DLRM's reference MLPs for Criteo"),
+    "gpt2": Setting("NMT", 112e6, 31.5e6, 64 * 40, 64, "a transformer_iwslt_de_en body (6+6 layers, 512, FFN 1024)"),
+    "bert": Setting("BERT", 30522 * 768, 86e6, 5 * 128, 5, "BERT-base's encoder"),
+}
+
+
+def paper_width(s: Setting, rows: int) -> int:
+    """The row width that lays Table 1's embedding parameters out on the trace's rows, to a multiple of 8
+    (within 0.4% of Table 1 for every workload; OmniReduce's 256-element blocks then record at an eighth of the
+    width, simulator.widths)."""
+    return max(8, 8 * round(s.embedding_params / rows / 8))
+
+
+def roofline(s: Setting) -> Timeline:
+    """V100 step: 6 x dense parameters x tokens FLOPs at V100_UTILIZATION of the peak, a third forward; the
+    dense gradients ready half way through backward, the embedding's at its end (the first layer)."""
+    compute = 6 * s.dense_params * s.tokens / (V100_FLOPS * V100_UTILIZATION)
+    rows = 1  # placeholders: parts() only needs which parameters are sparse
+    return Timeline(compute / 3, 2 * compute / 3, 0.0,
+                    [Bucket(compute / 3, (Param("dense", (int(s.dense_params),), False),)),
+                     Bucket(2 * compute / 3, (Param("embedding", (rows, 1), True),))],
+                    source=f"roofline: 6 x {s.dense_params:.3g} dense parameters x {s.tokens} tokens at "
+                           f"{V100_UTILIZATION:.0%} of a V100's {V100_FLOPS / 1e12:g} TFLOP/s")
+
+
+def load_sets(trace: Path) -> tuple[int, list[torch.Tensor]]:
+    """A `zen profile` traces.pt as one row set per worker (parameters stacked, the last step)."""
+    from harness.bench.scale import replay_sets
+
+    data = replay_sets(torch.load(trace, weights_only=True))
+    return int(data["rows"]), [s.long() for s in data["sets"]]
+
+
+def node_shards(sets: list[torch.Tensor], nodes: int, gpus: int, rows: int) -> list[list[torch.Tensor]]:
+    """[node][shard]: the rows of the machine's summed gradient in each contiguous shard (ids within it)."""
+    bounds = shard_bounds(rows, gpus)
+    out = []
+    for m in range(nodes):
+        union = torch.unique(torch.cat(sets[m * gpus:(m + 1) * gpus]))
+        out.append([union[(union >= bounds[j]) & (union < bounds[j + 1])] - bounds[j] for j in range(gpus)])
+    return out
+
+
+def record_cross(scheme: str, shards: list[list[torch.Tensor]], rows: int, width: int, seed: int = 0,
+                 **options: object) -> list[list[list[Item]]]:
+    """[shard][node]: the messages of the scheme across machines on each shard of the machines' sums, from the
+    real code on COO inputs with a COO result (memory for the rows only): from two narrower recordings where
+    that is exact (simulator.widths.plan), else at `width` itself. Local work is left out (the caller charges
+    the GPU's hashing rate)."""
+    how = plan(scheme, width, dict(options))
+    if how is not None:
+        narrow, wider = (_record_cross(scheme, shards, rows, w, seed, opts)
+                         for w, opts in zip(how.widths, how.options, strict=True))
+        return [extrapolate(a, b, how.target) for a, b in zip(narrow, wider, strict=True)]
+    exact = _record_cross(scheme, shards, rows, width, seed, dict(options))
+    return [[[i for i in items if isinstance(i, Comm)] for items in shard] for shard in exact]
+
+
+def _record_cross(scheme: str, shards: list[list[torch.Tensor]], rows: int, width: int, seed: int,
+                  options: dict[str, object]) -> list[list[list[Item]]]:
+    nodes, gpus = len(shards), len(shards[0])
+    bounds = shard_bounds(rows, gpus)
+    out = []
+    for j in range(gpus):
+        gen = torch.Generator().manual_seed(seed + j)
+        tensors = [torch.sparse_coo_tensor(ids.unsqueeze(0), torch.randn(len(ids), width, generator=gen),
+                                           (bounds[j + 1] - bounds[j], width)).coalesce()
+                   for ids in (shards[m][j] for m in range(nodes))]
+        instances = [make_scheme(scheme, **options) for _ in range(nodes)]
+
+        def fn(comm: object, rank: int, tensors: list[torch.Tensor] = tensors, instances: list = instances) -> None:
+            sync(instances[rank], tensors[rank], comm, validate=False, sparse_result=True)  # type: ignore[arg-type]
+
+        out.append(record_once(fn, nodes, f"x{j}", seed)[0])
+    return out
+
+
+def embedding_calls(cross: list[list[list[Item]]] | None, nodes: int, gpus: int, rows: int, width: int
+                    ) -> list[list[Item]]:
+    """Per GPU, the embedding bucket's sync as zen.twolevel runs it: a dense reduce-scatter of contiguous row
+    shards in the machine, one pass over its shard at the paper's hashing rate, the scheme across machines
+    (`cross`, from `record_cross`; None: one machine), an all-gather in the machine."""
+    bounds = shard_bounds(rows, gpus)
+    shard_bytes = [4 * width * (bounds[j + 1] - bounds[j]) for j in range(gpus)]
+    out = []
+    for g in range(nodes * gpus):
+        m, j = divmod(g, gpus)
+        peers = [m * gpus + i for i in range(gpus) if i != j]
+        items: list[Item] = []
+        if gpus > 1:
+            items.append(Comm("all_to_all", "rs", {p: shard_bytes[j] for p in peers},
+                              {p: shard_bytes[j] for p in peers}))
+        items.append(Compute(shard_bytes[j] / 4 / V100_HASH_RATE))
+        if cross is not None:
+            items += [_global(i, j, gpus, nodes) for i in cross[j][m] if isinstance(i, Comm)]
+        if gpus > 1:
+            items.append(Comm("all_to_all", "ag", {p: shard_bytes[j] for p in peers},
+                              {p: shard_bytes[p % gpus] for p in peers}))
+        out.append(items)
+    return out
+
+
+def _global(item: Comm, j: int, gpus: int, nodes: int) -> Comm:
+    """A cross-machine primitive of shard group j: machine m's rank becomes GPU m * gpus + j (a collective
+    runs among the group's GPUs)."""
+    group = tuple(m * gpus + j for m in range(nodes)) if item.kind in COLLECTIVES else None
+    return Comm(item.kind, item.call, {m * gpus + j: b for m, b in item.sends.items()},
+                {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize, group)
+
+
+def variants(name: str) -> list[tuple[str, dict[str, object]]]:
+    """The recorded variants of a scheme: zen's two paths (its trial picks the faster), else the scheme."""
+    return [("zen", {"choice": "bp"}), ("zen", {"choice": "hc"})] if name == "zen" else [(name, {})]
+
+
+def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
+             schemes: list[str], latency_s: float = 10e-6) -> dict[float, dict[str, StepResult]]:
+    """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
+    "none" computing only. Schedules are recorded once and replayed at every rate; zen is whichever of its
+    two paths (BP, HC) gives the shorter step, as its trial picks."""
+    s = SETTINGS[workload]
+    width = paper_width(s, rows)
+    t = roofline(s)
+    world = nodes * gpus
+    if len(sets) < world:
+        raise ValueError(f"the trace has {len(sets)} workers, fewer than {world} GPUs")
+    shards = node_shards(sets[:world], nodes, gpus, rows) if nodes > 1 else None
+    dense = [[Comm("all_reduce", "dense", nbytes=4 * int(s.dense_params))] for _ in range(world)]
+    jobs: list[tuple[str, Calls | None]] = [("none", None)]
+    for name in schemes:
+        for scheme, options in variants(name):
+            if make_scheme(scheme, **options).sparse_input:
+                cross = record_cross(scheme, shards, rows, width, **options) if shards is not None else None
+                emb = embedding_calls(cross, nodes, gpus, rows, width)
+            else:
+                emb = [[Comm("all_reduce", "emb", nbytes=4 * rows * width)] for _ in range(world)]
+            jobs.append((name, {(0, 0): dense, (1, 0): emb}))
+    streams = [step_streams("none", world, t) if calls is None else step_streams("hook", world, t, calls, lanes=1)
+               for _, calls in jobs]
+    out: dict[float, dict[str, StepResult]] = {}
+    for rate in rates:
+        plat = platform.gpu_cluster(nodes, gpus, rate, NVLINK_BPS, latency_s)
+        results = engine.simulate_many([(plat, st) for st in streams])
+        best: dict[str, StepResult] = {}
+        for (name, _), res in zip(jobs, results, strict=True):
+            if name not in best or res.step_s < best[name].step_s:
+                best[name] = res
+        out[rate] = best
+    return out
+
+
+def model_comm(workload: str, profile: Path, scheme: str, nodes: int, gpus: int, nic_bps: float, rows: int) -> float:
+    """The closed-form cluster model (harness.bench.cluster, `zen cluster`) on the same trace and sizes: the
+    simulator's analytical check (no overlap with backward, no contention between the GPUs' shards)."""
+    from harness.bench.cluster import Cluster, load_profile, step_time
+
+    s = SETTINGS[workload]
+    width = paper_width(s, rows)
+    params, sets, _ = load_profile(profile)
+    params = [{**p, "width": width} for p in params]
+    cl = Cluster(nodes, gpus, nic_bps, NVLINK_BPS, V100_HASH_RATE)
+    return step_time(scheme, params, sets, int(s.dense_params), cl)["comm_s"]
+
+
+def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str]
+          ) -> list[dict[str, object]]:
+    """CSV rows: every scheme's simulated step at every machine count and NIC rate, with Zen's speedups over
+    it (throughput, and exposed communication) and the analytical model's communication time beside."""
+    rows, sets = load_sets(profile / "traces.pt")
+    s = SETTINGS[workload]
+    out: list[dict[str, object]] = []
+    for nodes in node_counts:
+        for rate, res in simulate(workload, sets, rows, nodes, gpus, rates, schemes).items():
+            base = res.pop("none").step_s
+            zen = res["zen"].step_s
+            for name, r in res.items():
+                exposed = r.step_s - base
+                out.append({"workload": workload, "paper_name": s.paper_name, "scheme": name, "nodes": nodes,
+                            "gpus_per_node": gpus, "world_size": nodes * gpus, "bandwidth_gbps": rate / 1e9,
+                            "step_ms": 1e3 * r.step_s, "compute_ms": 1e3 * base, "exposed_comm_ms": 1e3 * exposed,
+                            "comm_busy_ms": 1e3 * max(r.comm_busy_s),
+                            "samples_per_s": nodes * gpus * s.batch / r.step_s,
+                            "zen_speedup": r.step_s / zen,
+                            "zen_comm_speedup": exposed / (zen - base) if zen > base else float("nan"),
+                            "model_comm_ms": 1e3 * model_comm(workload, profile, name, nodes, gpus, rate, rows),
+                            "messages": r.messages, "timeline": roofline(s).source,
+                            "width": paper_width(s, rows), "rows": rows})
+    return out

@@ -1,0 +1,101 @@
+"""SimGrid platforms: this machine's emulated cluster, the paper's cluster and larger ones (written as SimGrid
+XML, which every SimGrid 3.x reads the same way).
+
+A rank has a network host (where its messages leave from) and a processor (where its local work runs). On a
+GPU cluster both are the rank's GPU. On the emulated cluster (harness/netem.py) every rank has its own network
+namespace, a link shaped to the same rate each way and one bridge between them, but all ranks share this
+machine's cores: their local work runs on one host of `cores` cores that SimGrid shares among them.
+
+Links are split-duplex (each direction its own capacity), the switch a fat pipe (full bisection), the
+network model CM02 (max-min sharing with no TCP corrections) without cross-traffic (the acknowledgements'
+share of the reverse direction: the emulated links measured 1.00-1.01x the ring formula), so a lone transfer
+takes exactly its route's latency plus bytes over the slowest link: the closed form zen/costmodel.py uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SPEED = 1e9  # flops per second of one core: local work of s seconds is s * SPEED flops
+HEADER = ("<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+          "<platform version=\"4.1\">\n")
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A SimGrid platform and where each rank lives on it. `all_gather`: the fixed all-gather's algorithm
+    ("bruck" as DistComm runs it on gloo, "ring" as NCCL does)."""
+
+    name: str
+    xml: str
+    net_hosts: tuple[str, ...]
+    cpu_hosts: tuple[str, ...]
+    all_gather: str = "bruck"
+    gpus_per_node: int = 1  # > 1: all-reduces run two-level (NCCL across machines), engine.rounds
+    latency_s: float = 0.0  # a message's latency end to end between two ranks on different machines
+    intra_latency_s: float = 0.0  # ... between two GPUs of one machine
+    collapse: bool = False  # rings as one flow each (engine._ring): for clusters of many ranks
+    config: tuple[str, ...] = field(default=("network/model:CM02", "network/crosstraffic:0"))
+
+    @property
+    def world_size(self) -> int:
+        return len(self.net_hosts)
+
+
+def _bps(bits_per_s: float) -> str:
+    return f"{bits_per_s / 8:.6g}Bps"
+
+
+def emulated(ranks: int, link_bps: float, cores: int = 2, latency_s: float = 0.0) -> Platform:
+    """This machine's emulated cluster: `ranks` namespaces, each with a link of `link_bps` bits per second
+    each way to one bridge, and one processor of `cores` cores that every rank's local work shares.
+    `latency_s`: one message's latency end to end (half on each side's link)."""
+    lat = f"{latency_s / 2:.9g}s"
+    xml = (HEADER + '<zone id="world" routing="Full">\n'
+           f'  <cluster id="namespaces" prefix="rank" suffix="" radical="0-{ranks - 1}" speed="{SPEED:.0f}f"'
+           f' bw="{_bps(link_bps)}" lat="{lat}" sharing_policy="SPLITDUPLEX" bb_bw="1TBps" bb_lat="0s"'
+           ' bb_sharing_policy="FATPIPE"/>\n'
+           '  <zone id="machine" routing="None">\n'
+           f'    <host id="cpu" speed="{SPEED:.0f}f" core="{cores}"/>\n'
+           "  </zone>\n</zone>\n</platform>\n")
+    return Platform(f"emulated {ranks} x {link_bps / 1e9:g} Gbit/s, {cores} cores", xml,
+                    tuple(f"rank{r}" for r in range(ranks)), ("cpu",) * ranks, latency_s=latency_s)
+
+
+def gpu_cluster(nodes: int, gpus_per_node: int, nic_bps: float, intra_bps: float, latency_s: float = 10e-6,
+                intra_latency_s: float = 2e-6) -> Platform:
+    """`nodes` machines of `gpus_per_node` GPUs: inside a machine every GPU has its own link (NVLink) of
+    `intra_bps` to the machine's fabric; the machine's GPUs share one NIC of `nic_bps` each way to a
+    full-bisection switch. One GPU per machine: a flat cluster of NICs. Ranks are numbered machine by
+    machine (as torchrun does). `latency_s`: a message's latency between the NICs end to end (a GPU's link
+    in the machine adds `intra_latency_s`). Rings run collapsed (engine._ring)."""
+    gpu = f'speed="{SPEED:.0f}f"'
+    if gpus_per_node == 1:
+        xml = (HEADER + '<zone id="world" routing="Full">\n'
+               f'  <cluster id="nics" prefix="gpu" suffix="" radical="0-{nodes - 1}" {gpu}'
+               f' bw="{_bps(nic_bps)}" lat="{latency_s / 2:.9g}s" sharing_policy="SPLITDUPLEX" bb_bw="1000TBps"'
+               ' bb_lat="0s" bb_sharing_policy="FATPIPE"/>\n</zone>\n</platform>\n')
+        hosts = tuple(f"gpu{r}" for r in range(nodes))
+        return Platform(f"{nodes} x 1 GPU, NIC {nic_bps / 1e9:g} Gbit/s", xml, hosts, hosts, all_gather="ring",
+                        latency_s=latency_s, collapse=True)
+    lines = [HEADER + '<zone id="world" routing="Full">']
+    for m in range(nodes):
+        first = m * gpus_per_node
+        lines.append(f'  <cluster id="node{m}" prefix="gpu" suffix="" radical="{first}-{first + gpus_per_node - 1}"'
+                     f' {gpu} bw="{_bps(intra_bps)}" lat="{intra_latency_s / 2:.9g}s" sharing_policy="SPLITDUPLEX"'
+                     f' bb_bw="1000TBps" bb_lat="0s" bb_sharing_policy="FATPIPE" router_id="router{m}"/>')
+    for m in range(nodes):
+        lines.append(f'  <link id="nic{m}" bandwidth="{_bps(nic_bps)}" latency="{latency_s / 2:.9g}s"'
+                     ' sharing_policy="SPLITDUPLEX"/>')
+    for a in range(nodes):
+        for b in range(nodes):
+            if a != b:
+                lines.append(f'  <zoneRoute src="node{a}" dst="node{b}" gw_src="router{a}" gw_dst="router{b}"'
+                             f' symmetrical="NO"><link_ctn id="nic{a}" direction="UP"/>'
+                             f'<link_ctn id="nic{b}" direction="DOWN"/></zoneRoute>')
+    lines.append("</zone>\n</platform>\n")
+    hosts = tuple(f"gpu{r}" for r in range(nodes * gpus_per_node))
+    return Platform(f"{nodes} x {gpus_per_node} GPUs, NIC {nic_bps / 1e9:g} Gbit/s", "\n".join(lines), hosts, hosts,
+                    all_gather="ring", gpus_per_node=gpus_per_node, latency_s=latency_s + intra_latency_s,
+                    intra_latency_s=intra_latency_s, collapse=True)
+

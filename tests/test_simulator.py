@@ -1,0 +1,264 @@
+"""The step simulator (simulator/): SimGrid's clock against closed forms, recorded schedules against the bytes
+the communicator counted, the platforms, the step's streams, the command line, and the Table 1 presets.
+
+SimGrid is required: `make setup` installs it (scripts/setup_simgrid.sh). Without it these tests fail, never
+skip, unless ZEN_NO_SIMGRID=1 says so on purpose."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from simulator import engine, platform
+from simulator.record import counted, part_call, record, record_once
+from simulator.schedule import Comm, Compute, Signal, Stream, Wait
+from simulator.step import step_streams
+from simulator.timeline import Bucket, Param, Timeline
+from zen.registry import make_scheme, schemes
+
+try:
+    import simgrid  # noqa: F401
+
+    HAVE_SIMGRID = True
+except ImportError:
+    HAVE_SIMGRID = False
+needs_simgrid = pytest.mark.skipif(not HAVE_SIMGRID and os.environ.get("ZEN_NO_SIMGRID") == "1",
+                                   reason="ZEN_NO_SIMGRID=1: SimGrid left out on purpose")
+
+
+def test_simgrid_is_installed() -> None:
+    if os.environ.get("ZEN_NO_SIMGRID") == "1":
+        pytest.skip("ZEN_NO_SIMGRID=1")
+    assert HAVE_SIMGRID, "SimGrid's Python module is missing: run `make setup` (scripts/setup_simgrid.sh)"
+
+
+@needs_simgrid
+def test_two_host_transfer_matches_its_closed_form() -> None:
+    """One message of S bytes between two namespaces: latency + S / link rate, exactly."""
+    size, rate, latency = 50_000_000, 1e9, 3e-4
+    p = platform.emulated(2, rate, latency_s=latency)
+    streams = [Stream(0, "main", [Comm("all_to_all", "c", sends={1: size})], main=True),
+               Stream(1, "main", [Comm("all_to_all", "c", recvs={0: size})], main=True)]
+    got = engine.simulate(p, streams)
+    assert got.step_s == pytest.approx(latency + 8 * size / rate, rel=1e-9)
+    assert got.messages == 1
+
+
+@needs_simgrid
+def test_ring_all_reduce_and_shared_cores_match_their_closed_forms() -> None:
+    """4 ranks: 1 s of work each on 2 shared cores takes 2 s; then a ring all-reduce of S bytes takes
+    2 (P-1)/P S / rate (the formula the emulated links measured 1.00-1.01x of)."""
+    size, rate, world = 40_000_000, 1e9, 4
+    streams = [Stream(r, "main", [Compute(1.0), Comm("all_reduce", "ar", nbytes=size)], main=True, comm=True)
+               for r in range(world)]
+    got = engine.simulate(platform.emulated(world, rate, cores=2), streams)
+    assert got.step_s == pytest.approx(2.0 + 2 * (world - 1) / world * 8 * size / rate, rel=1e-9)
+    assert got.comm_busy_s[0] == pytest.approx(2 * (world - 1) / world * 8 * size / rate, rel=1e-9)
+
+
+def test_platform_builders() -> None:
+    emu = platform.emulated(3, 2.5e9, cores=2)
+    assert emu.net_hosts == ("rank0", "rank1", "rank2") and set(emu.cpu_hosts) == {"cpu"}
+    assert 'core="2"' in emu.xml and 'radical="0-2"' in emu.xml and 'bw="3.125e+08Bps"' in emu.xml
+    flat = platform.gpu_cluster(4, 1, 25e9, 1200e9)
+    assert flat.net_hosts == flat.cpu_hosts and flat.world_size == 4 and flat.all_gather == "ring"
+    nodes = platform.gpu_cluster(3, 2, 25e9, 1200e9)
+    assert nodes.world_size == 6 and nodes.xml.count("<zoneRoute") == 3 * 2 and nodes.xml.count('<link id="nic') == 3
+
+
+@needs_simgrid
+def test_nics_are_shared_by_a_machines_gpus() -> None:
+    """Two GPUs of machine 0 each send S to machine 1: one NIC carries 2 S; inside a machine NVLink is quick."""
+    size, nic = 25_000_000, 25e9
+    p = platform.gpu_cluster(2, 2, nic, 1200e9, latency_s=0.0, intra_latency_s=0.0)
+    streams = [Stream(0, "m", [Comm("all_to_all", "c", sends={2: size})], main=True),
+               Stream(1, "m", [Comm("all_to_all", "c", sends={3: size})], main=True),
+               Stream(2, "m", [Comm("all_to_all", "c", recvs={0: size})], main=True),
+               Stream(3, "m", [Comm("all_to_all", "c", recvs={1: size})], main=True)]
+    assert engine.simulate(p, streams).step_s == pytest.approx(2 * 8 * size / nic, rel=1e-6)
+
+
+def _tables(world: int, rows: int = 3000, width: int = 8, nnz: int = 120) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(world):
+        t = torch.zeros(rows, width)
+        ids = torch.randint(0, rows, (nnz,), generator=gen)
+        t[ids] = torch.randn(len(ids), width, generator=gen)
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("scheme", [*schemes(), None])
+def test_recorded_schedule_adds_up_to_the_counted_bytes(scheme: str | None) -> None:
+    """Every scheme (None: the dense part's all-reduce) through the recording communicator: per rank, the
+    bytes its primitives moved are exactly what the communicator counted (headers and counts included)."""
+    world = 4
+    tables = _tables(world)
+    instances = [make_scheme(scheme) for _ in range(world)] if scheme else None
+    items, traffic = record_once(part_call(scheme, tables, world, instances)(), world, "c")
+    for r in range(world):
+        assert counted(items[r], r, world) == (traffic[r].bytes_sent, traffic[r].bytes_received)
+        assert all(isinstance(i, Compute | Comm) for i in items[r])
+
+
+def test_engine_expands_collectives_into_the_counted_bytes() -> None:
+    """The ring all-reduce and the Bruck / ring all-gathers move, over all ranks, what the counts say."""
+    from dataclasses import replace
+
+    for world in (2, 3, 5, 8):
+        emu = platform.emulated(world, 1e9)
+        for op in (Comm("all_reduce", "a", nbytes=4 * 1001), Comm("all_gather", "g", nbytes=128)):
+            for plat in (emu, replace(emu, all_gather="ring"), replace(emu, all_gather="ring", collapse=True)):
+                moved = sum(b for r in range(world) for sends, _, _ in engine.rounds(op, r, world, plat)
+                            for _, b in sends)
+                assert moved == sum(counted([op], r, world)[0] for r in range(world))
+
+
+def test_recording_repeats_keep_the_schedule_and_median_the_work() -> None:
+    world = 3
+    instances = [make_scheme("zen") for _ in range(world)]
+    got = record(part_call("zen", _tables(world), world, instances), world, "c", repeats=3, warmup=2)
+    assert [type(i) for i in got[0]][0] is Compute and any(isinstance(i, Comm) for i in got[0])
+
+
+@needs_simgrid
+def test_a_hook_step_overlaps_buckets_with_backward() -> None:
+    """Two buckets on two lanes: the first bucket's all-reduce runs while backward goes on (hidden), the
+    second's after it; `none` is the compute alone."""
+    t = Timeline(0.1, 0.4, 0.05, [Bucket(0.1, (Param("a", (1000,), False),)),
+                                  Bucket(0.4, (Param("b", (1000,), False),))])
+    size = 25_000_000
+    calls = {(k, 0): [[Comm("all_reduce", f"b{k}", nbytes=size)] for _ in range(2)] for k in range(2)}
+    plat = platform.emulated(2, 1e9, cores=2)
+    none = engine.simulate(plat, step_streams("none", 2, t)).step_s
+    hook = engine.simulate(plat, step_streams("hook", 2, t, calls)).step_s
+    assert none == pytest.approx(0.55, rel=1e-9)
+    transfer = 8 * size / 1e9  # a 2-rank ring moves half each way twice: the tensor once
+    assert hook == pytest.approx(0.1 + 0.4 + transfer + 0.05, rel=1e-9)
+
+
+def test_streams_name_their_events_consistently() -> None:
+    t = Timeline(0.1, 0.2, 0.0, [Bucket(0.1, (Param("a", (10, 4), True),))])
+    streams = step_streams("ddp", 3, t)
+    for r in range(3):
+        mine = [s for s in streams if s.rank == r]
+        signals = {i.event for s in mine for i in s.items if isinstance(i, Signal)}
+        waits = {i.event for s in mine for i in s.items if isinstance(i, Wait)}
+        assert waits <= signals
+
+
+def test_cli_bad_arguments_are_one_line_and_exit_2(capsys) -> None:
+    from simulator.cli import main
+
+    assert main(["validate", "--measured", "nope.json", "--timeline", "t", "--cost", "c", "--csv", "o"]) == 2
+    assert main(["frobnicate"]) == 2
+    assert main(["calibrate", "--repeats", "0", "--out", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("python -m simulator: error:") for line in err)
+
+
+def test_a_training_csv_reads_back_as_one_report_per_link_rate(tmp_path, capsys) -> None:
+    """`validate --measured fig11_throughput.csv --workload W --world-size N`: the cell's rows at each emulated
+    rate, compressed and loopback rows left out, the step-time spread from the throughput's."""
+    from simulator.cli import main
+    from simulator.compare import reports_from_throughput
+
+    head = "workload,preset,scheme,world_size,backend,bandwidth,samples_per_s,samples_per_s_lo,samples_per_s_hi," \
+           "iter_ms,comm_ms,compress,density\n"
+    rows = ["dlrm,scaled,none,4,gloo,1gbit,100,80,125,100,,,", "dlrm,scaled,zen,4,gloo,1gbit,50,40,60,200,,,",
+            "dlrm,scaled,zen,4,gloo,2500mbit,80,70,90,125,,,", "dlrm,scaled,zen,4,gloo,1gbit,60,50,70,150,,dgc,0.05",
+            "dlrm,scaled,zen,4,gloo,,90,80,99,110,,,", "dlrm,scaled,zen,2,gloo,1gbit,70,60,80,140,,,",
+            "lstm,scaled,zen,4,gloo,1gbit,10,9,11,900,,,"]
+    path = tmp_path / "fig11_throughput.csv"
+    path.write_text(head + "\n".join(rows) + "\n")
+    reports = reports_from_throughput(path, "dlrm", 4)
+    assert [r["config"]["bandwidth"] for r in reports] == ["1gbit", "2500mbit"]
+    assert all(r["config"]["world_size"] == 4 and r["config"]["workload"] == "dlrm" for r in reports)
+    none, zen = reports[0]["runs"]
+    assert (none["scheme"], zen["scheme"]) == ("none", "zen") and len(reports[1]["runs"]) == 1
+    assert none["summary"] == pytest.approx({"iter_s_median": 0.1, "iter_s_p25": 0.08, "iter_s_p75": 0.125})
+    with pytest.raises(ValueError, match="no emulated-cluster cell"):
+        reports_from_throughput(path, "bert", 4)
+    (tmp_path / "t").write_text("{}")
+    (tmp_path / "c").write_text("{}")
+    assert main(["validate", "--measured", str(path), "--timeline", str(tmp_path / "t"), "--cost",
+                 str(tmp_path / "c"), "--csv", str(tmp_path / "o.csv")]) == 2
+    assert "needs --workload and --world-size" in capsys.readouterr().err
+
+
+PAPER_DENSITY = {"lstm": 0.0113, "dlrm": 0.0280, "gpt2": 0.0247, "bert": 0.0106}
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "dlrm", "lstm"])
+def test_table1_presets_are_within_25_percent_of_the_papers_density(name: str) -> None:
+    """Per-worker embedding density of the `table1` preset from its batches' ids (4 workers of 128, checked
+    against one backward pass), within 25% of Table 1."""
+    from workloads.base import build_workload
+    from workloads.profile import backward_rows
+
+    w = build_workload(name, "table1", 0)
+    assert w.rows is not None
+    total = sum(int(p.shape[0]) for n, p in w.model.named_parameters() if n in w.sparse_params)
+    densities = []
+    for rank in (0, 127):
+        batch = next(w.batches(rank, 128, 0))
+        rows = w.rows(batch)
+        densities.append(sum(r.numel() for r in rows) / total)
+        if rank == 0:
+            assert all(torch.equal(a.long(), b) for a, b in zip(rows, backward_rows(w, batch), strict=True))
+    assert abs(sum(densities) / len(densities) / PAPER_DENSITY[name] - 1) <= 0.25
+
+
+def _record_coo(scheme: str, ids: list[torch.Tensor], rows: int, width: int, **options: object) -> list[list]:
+    """The scheme across len(ids) ranks on COO rows `ids` of a (rows, width) table, recorded (messages only)."""
+    from simulator.paper import _record_cross
+
+    shards = [[i] for i in ids]
+    return [[i for i in items if isinstance(i, Comm)] for items in _record_cross(scheme, shards, rows, width, 0,
+                                                                                  options)[0]]
+
+
+@pytest.mark.parametrize("scheme,options", [("agsparse", {}), ("sparse_ps", {}), ("zen", {"choice": "bp"}),
+                                            ("zen", {"choice": "hc"}), ("omnireduce", {})])
+def test_narrow_recordings_extrapolate_to_the_exact_schedule(scheme: str, options: dict) -> None:
+    """Where simulator.widths has a plan, the two narrow recordings' line gives, message by message, exactly the
+    bytes a recording at the true width moves (here width 48 over 4 ranks; OmniReduce at blocks 256: its plan
+    records (3, block 16) and (6, block 32))."""
+    from simulator.widths import extrapolate, plan
+
+    gen = torch.Generator().manual_seed(3)
+    rows, width = 700, 48
+    ids = [torch.randperm(rows, generator=gen)[:90].sort().values for _ in range(4)]
+    how = plan(scheme, width, options)
+    assert how is not None
+    narrow, wider = (_record_coo(scheme, ids, rows, w, **{**options, **o})
+                     for w, o in zip(how.widths, how.options, strict=True))
+    assert extrapolate(narrow, wider, how.target) == _record_coo(scheme, ids, rows, width, **options)
+
+
+def test_width_dependent_schemes_are_recorded_at_their_width() -> None:
+    from simulator.widths import plan
+
+    assert plan("sparcml", 1128, {}) is None  # its dense switch compares row bytes with id bytes
+    assert plan("omnireduce", 958, {}) is None  # gcd(958, 256) = 2: no cheaper exact recording
+    assert plan("omnireduce", 1128, {"block_size": 64}) is None
+    assert plan("unknown-scheme", 1128, {}) is None  # a new scheme is recorded exactly until shown otherwise
+
+
+@needs_simgrid
+def test_collapsed_rings_take_the_time_of_their_steps() -> None:
+    """A ring all-reduce on 3 machines x 2 GPUs (two-level) and a ring all-gather among 3 of them: one flow per
+    ring plus the steps' latency takes what the step-by-step ring takes."""
+    from dataclasses import replace
+
+    plat = platform.gpu_cluster(3, 2, 25e9, 1200e9, latency_s=5e-6)
+    streams = [Stream(r, "m", [Comm("all_reduce", "a", nbytes=4 * 300_001),
+                               Comm("all_gather", "g", nbytes=4096, group=(1, 3, 5)) if r % 2 else Compute(0.0)],
+                      main=True) for r in range(6)]
+    collapsed = engine.simulate(plat, streams)
+    stepwise = engine.simulate(replace(plat, collapse=False), streams)
+    assert collapsed.step_s == pytest.approx(stepwise.step_s, rel=1e-4)  # chunks differ by one element
+    assert collapsed.messages < stepwise.messages

@@ -1,0 +1,140 @@
+"""The step simulator (simulator/, SimGrid): validated against the emulated cluster's training, then run at the
+paper's scale. `make validate` regenerates the validation figure alone (workflow/config/validation.yaml)."""
+
+SIM = config.get("simulator", {})
+VALIDATION = SIM.get("validation") or {}
+PAPER_SIM = SIM.get("paper") or {}
+
+
+def validation_cells():
+    """(workload, world size, bandwidth) cells; none on loopback (no emulated links to validate against)."""
+    if not VALIDATION or not emulated_bandwidth():
+        return []
+    return [(w, n, b) for w in VALIDATION["workloads"] for n in VALIDATION["world_sizes"] for b in VALIDATION["bandwidths"]]
+
+
+def measured_cell(wildcards):
+    """The pipeline's own training cell when it ran this one (same link rate, every validated scheme), else a
+    launch of its own."""
+    n, w, b = int(wildcards.world_size), wildcards.workload, wildcards.bandwidth
+    trained = n in config["train"]["grid"].get(w, []) and b == emulated_bandwidth()
+    if trained and set(VALIDATION["schemes"]) <= set(config["train"]["schemes"]):
+        return RESULTS + f"/train/{w}/n{n}.json"
+    return RESULTS + f"/validation/train/{w}/n{n}_{b}.json"
+
+
+rule train_validation:
+    """A training cell only the validation needs (another link rate): every scheme in one launch, timed alone."""
+    input:
+        BUILD_STAMP,
+    output:
+        RESULTS + "/validation/train/{workload}/n{world_size}_{bandwidth}.json",
+    log:
+        LOGS + "/train_validation/{workload}/n{world_size}_{bandwidth}.log",
+    benchmark:
+        BENCHMARKS + "/train_validation/{workload}/n{world_size}_{bandwidth}.tsv"
+    threads: workflow.cores  # timed: alone on the machine
+    params:
+        schemes=csv_list(VALIDATION.get("schemes", [])),
+        preset=config["train"]["preset"],
+        steps=VALIDATION.get("steps", 12),
+        warmup=VALIDATION.get("warmup", 3),
+        seed=config["seed"],
+    shell:
+        "{ZEN} train --world-size {wildcards.world_size} --bandwidth {wildcards.bandwidth} --workload {wildcards.workload}"
+        " --preset {params.preset} --scheme {params.schemes} --steps {params.steps} --warmup {params.warmup}"
+        " --seed {params.seed} --backend gloo --wandb-mode disabled --out {output} > {log} 2>&1"
+
+
+rule measure_timeline:
+    """This machine's compute timeline of a workload (one thread's CPU time, DDP's buckets)."""
+    output:
+        RESULTS + "/sim/timeline/{workload}.json",
+    log:
+        LOGS + "/measure_timeline/{workload}.log",
+    benchmark:
+        BENCHMARKS + "/measure_timeline/{workload}.tsv"
+    params:
+        preset=config["train"]["preset"],
+    shell:
+        "{PY} -m simulator timeline --workload {wildcards.workload} --preset {params.preset} --out {output}.tmp"
+        " > {log} 2>&1 && mv {output}.tmp {output}"
+
+
+rule calibrate_messages:
+    """What a message costs here (latency, CPU per message and byte) on two emulated ranks."""
+    output:
+        RESULTS + "/sim/message_cost.json",
+    log:
+        LOGS + "/calibrate_messages.log",
+    benchmark:
+        BENCHMARKS + "/calibrate_messages.tsv"
+    threads: workflow.cores  # timed
+    params:
+        rate=emulated_bandwidth() or "1gbit",
+    shell:
+        "{PY} -m simulator calibrate --bandwidth {params.rate} --out {output}.tmp > {log} 2>&1 && mv {output}.tmp {output}"
+
+
+rule simulate_validation:
+    """One measured cell simulated: every scheme's step on the emulated platform."""
+    input:
+        measured=measured_cell,
+        timeline=RESULTS + "/sim/timeline/{workload}.json",
+        cost=RESULTS + "/sim/message_cost.json",
+    output:
+        RESULTS + "/sim/validation/{workload}/n{world_size}_{bandwidth}.csv",
+    log:
+        LOGS + "/simulate_validation/{workload}/n{world_size}_{bandwidth}.log",
+    benchmark:
+        BENCHMARKS + "/simulate_validation/{workload}/n{world_size}_{bandwidth}.tsv"
+    shell:
+        "{PY} -m simulator validate --measured {input.measured} --timeline {input.timeline} --cost {input.cost}"
+        " --csv {output} > {log} 2>&1"
+
+
+rule aggregate_validation:
+    input:
+        [RESULTS + f"/sim/validation/{w}/n{n}_{b}.csv" for w, n, b in validation_cells()],
+    output:
+        AGG + "/sim_validation.csv",
+    log:
+        LOGS + "/aggregate_validation.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_validation.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"
+
+
+rule simulate_paper:
+    """Figs 11, 12, 15 at the paper's scale from a paper-density trace (the at-scale profile)."""
+    input:
+        RESULTS + "/" + UNION_PROFILE + "/{workload}/traces.pt",
+    output:
+        RESULTS + "/sim/paper/{workload}.csv",
+    log:
+        LOGS + "/simulate_paper/{workload}.log",
+    benchmark:
+        BENCHMARKS + "/simulate_paper/{workload}.tsv"
+    params:
+        folder=lambda wildcards: f"{RESULTS}/{UNION_PROFILE}/{wildcards.workload}",
+        nodes=csv_list(PAPER_SIM.get("nodes", [16])),
+        gpus=PAPER_SIM.get("gpus_per_node", 8),
+        rates=" ".join(f"--bandwidth {b}" for b in PAPER_SIM.get("bandwidths", ["25gbit"])),
+        schemes=csv_list(PAPER_SIM.get("schemes", [])),
+    shell:
+        "{PY} -m simulator paper --profile {params.folder} --workload {wildcards.workload} --nodes {params.nodes}"
+        " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --csv {output} > {log} 2>&1"
+
+
+rule aggregate_paper_sim:
+    input:
+        expand(RESULTS + "/sim/paper/{workload}.csv", workload=PAPER_SIM.get("workloads", [])),
+    output:
+        AGG + "/sim_paper.csv",
+    log:
+        LOGS + "/aggregate_paper_sim.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_paper_sim.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"
