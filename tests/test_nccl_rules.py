@@ -59,7 +59,8 @@ def test_hook_trains_like_ddp_under_nccl_rules(P: int) -> None:
     if P in (2, 3):
         cases += [{"scheme": s} for s in zen.schemes() if s not in ("zen", "allreduce")]
     if P % 2 == 0 and P > 2:
-        cases += [{"scheme": "zen", "hook": {"ranks_per_node": 2}},
+        cases += [{"scheme": "zen", "hook": {"ranks_per_node": 2}},  # auto: trials dense, sparse and flat
+                  {"scheme": "zen", "hook": {"ranks_per_node": 2, "intra": "dense"}},
                   {"scheme": "zen", "hook": {"ranks_per_node": 2, "intra": "sparse"}}]
     per_rank = _spawn("hooks", P, {"cases": cases})
     results = list(zip(*per_rank, strict=True))

@@ -14,10 +14,11 @@ Lossless: a node's shard sum (its ranks' parts added in local-rank order) is sum
 scheme, bit-identical on the group's ranks, and the all-gather copies those bits, so every rank holds the
 same sum.
 
-`intra="auto"` (the default) picks one of the two per tensor size, as zen's selector picks BP or HC: the first
-calls alternate them (`IntraTrial`), each timed, and every rank takes the mode whose fastest call was faster at
-its fastest rank (an all-gather of two numbers over all ranks, once). The simulated group has no clock: it
-keeps the paper's dense steps. `intra="dense"` or `"sparse"` fixes the mode.
+`intra="auto"` (the default) picks per tensor size, as zen's selector picks BP or HC, among dense node steps,
+sparse ones and no node steps at all (the scheme flat over every rank, for links where two-level does not pay):
+the first calls take turns (`IntraTrial`), each timed, and every rank keeps the one whose fastest call was
+fastest at its fastest rank (an all-gather of three numbers over all ranks, once). The simulated group has no
+clock: it keeps the paper's dense steps. `intra="dense"` or `"sparse"` fixes the mode.
 
 `intra="sparse"` replaces both dense node steps by sparse ones, for nodes whose local link is not much faster
 than their uplink (the emulated cluster's loopback on a few shared cores, unlike NVLink). Its shards are
@@ -55,7 +56,8 @@ from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 INTRA = "intra:"  # phases on a node's local link
 INTER = "inter:"  # phases on the node's uplink
 INTRA_MODES = ("auto", "dense", "sparse")  # the node steps: timed choice, the paper's dense shards, sparse rows
-TRIAL_CALLS = 2  # timed calls of each node-step mode before `intra="auto"` chooses
+TRIAL_CALLS = 2  # timed calls of each candidate before `intra="auto"` chooses
+CANDIDATES = ("dense", "sparse", "flat")  # what `intra="auto"` times: the two kinds of node steps, and none
 
 
 def nodes_of(world_size: int, ranks_per_node: int) -> int:
@@ -117,32 +119,32 @@ class NodeComms:
 
 @dataclass
 class IntraTrial:
-    """`intra="auto"` for one tensor size: TRIAL_CALLS timed calls of each kind of node steps, alternating
-    (dense, sparse, dense, ...: a scheme that chooses its own path in its first calls, as zen does, then
-    runs each path under both), then the faster for good (`chosen`). Every rank runs the same calls in the
-    same order, so they agree on which call is which; the choice comes from one all-gather, so they agree on
-    it too."""
+    """`intra="auto"` for one tensor size: TRIAL_CALLS timed calls of each of CANDIDATES, taking turns
+    (dense, sparse, flat, dense, ...: a scheme that chooses its own path in its first calls, as zen does,
+    then runs its paths under each), then the fastest for good (`chosen`). Every rank runs the same calls in
+    the same order, so they agree on which call is which; the choice comes from one all-gather, so they agree
+    on it too."""
 
     chosen: str | None = None
-    times: dict[str, list[float]] = field(default_factory=lambda: {"dense": [], "sparse": []})
+    times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in CANDIDATES})
 
     def mode(self) -> str:
         if self.chosen is not None:
             return self.chosen
-        return "dense" if len(self.times["dense"]) <= len(self.times["sparse"]) else "sparse"
+        return min(CANDIDATES, key=lambda m: len(self.times[m]))  # the first with the fewest calls: turns
 
     def record(self, mode: str, seconds: float, comm: Communicator) -> None:
-        """One trial call's time; after the last, the choice: per mode its fastest call at its fastest rank
-        (the rank that waited least for the others), dense on a tie."""
+        """One trial call's time; after the last, the choice: per candidate its fastest call at its fastest
+        rank (the rank that waited least for the others), the earlier candidate on a tie."""
         if self.chosen is not None:
             return
         self.times[mode].append(seconds)
-        if len(self.times["sparse"]) < TRIAL_CALLS:
+        if any(len(times) < TRIAL_CALLS for times in self.times.values()):
             return
-        mine = torch.tensor([min(self.times["dense"]), min(self.times["sparse"])], dtype=torch.float64)
+        mine = torch.tensor([min(self.times[m]) for m in CANDIDATES], dtype=torch.float64)
         table = comm.all_gather_fixed(mine, dtype=torch.float64)
-        dense_s, sparse_s = (min(column) for column in zip(*table, strict=True))
-        self.chosen = "sparse" if sparse_s < dense_s else "dense"
+        best = [min(column) for column in zip(*table, strict=True)]
+        self.chosen = CANDIDATES[best.index(min(best))]
 
 
 def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: str = "auto",
@@ -184,7 +186,7 @@ class TwoLevel:
     """A scheme across nodes wrapped into two-level sync: what the synchronizer runs for embedding rows
     when ranks_per_node > 1. Its node steps send dense shards (`intra="dense"`, the rank's rows are not
     extracted first), the rank's non-zero rows (`"sparse"`, extracted as they are sent), or, `"auto"`, the
-    faster of the two for the tensor's size (`IntraTrial`)."""
+    fastest of those two and the scheme flat over all ranks for the tensor's size (`IntraTrial`)."""
 
     sparse_input = False  # the synchronizer extracts no rows ahead: dense node steps never need them
 
@@ -205,7 +207,10 @@ class TwoLevel:
         trial = self.nodes.steps_for(self.name, grad, comm)
         mode = trial.mode()
         clock = Clock(grad.device).start()
-        sync_two_level(self.inner, grad, self.nodes, out, stats, mode)
+        if mode == "flat":
+            self.inner(grad, comm, out, stats)
+        else:
+            sync_two_level(self.inner, grad, self.nodes, out, stats, mode)
         stats.intra = mode
         if trial.chosen is None:
             trial.record(mode, clock.stop().seconds(), comm)

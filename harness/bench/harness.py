@@ -295,10 +295,12 @@ def rows(cfg: BenchConfig, records: dict[str, list[RankRecord]]) -> list[dict[st
 
 
 def _sync_kind(cfg: BenchConfig, recs: list[RankRecord]) -> str:
-    """flat, or two-level with the node steps its timed calls ran (`intra="auto"`: the ones it chose)."""
+    """flat, or two-level with the node steps its timed calls ran (`intra="auto"`: the ones it chose, flat
+    where it found no node steps faster)."""
     if not cfg.two_level:
         return "flat"
-    return "two-level" if (recs[0].stats.intra or cfg.intra) == "dense" else "two-level-sparse"
+    ran = recs[0].stats.intra or cfg.intra
+    return {"dense": "two-level", "sparse": "two-level-sparse"}.get(ran, ran)
 
 
 def _cpu_ms_median(recs: list[RankRecord]) -> float | None:
