@@ -5,8 +5,9 @@ and with `--long` timed calls after the same warm-up. The difference between the
 `long - short` steady-state calls cost, so the first calls' one-time work (the extension's load, S_j's
 construction, the seed) drops out. Each sample of a rank inside a sync call is charged to the innermost
 frame that names a stage (STAGES, first match from the innermost frame outwards); the rest is "other".
-Printed per scheme: milliseconds of samples per rank and call in each stage (py-spy's wall-clock samples:
-a rank waiting for another counts in the stage it waits in, "wire" for the network), and each stage's share.
+Printed per scheme: milliseconds of samples per rank and call in each stage, and each stage's share. py-spy
+samples a rank's stack whether it runs or waits for a core (4 ranks share 2 here), so a row adds up to about
+the call's wall time, not its CPU time; a rank waiting for a peer counts in "wire".
 
     python scripts/profile_local_work.py [--schemes zen-bp,zen-hc] [--numel 16777216] [--density 0.01]
 """
@@ -56,7 +57,10 @@ def record(scheme: str, repeats: int, args: argparse.Namespace, out: Path) -> No
            "--", str(zen), "bench", "--backend", "gloo", "-n", str(args.world_size), "--numel", str(args.numel),
            "--density", str(args.density), "--pattern", "random", "--schemes", scheme, "--repeats", str(repeats),
            "--warmup", "4"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _attempt in range(3):  # py-spy's native unwinding crashes now and then (SIGSEGV): sample again
+        if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+            return
+    raise RuntimeError(f"py-spy failed three times on {scheme}")
 
 
 def stage_samples(path: Path) -> collections.Counter[str]:

@@ -95,10 +95,11 @@ class _Slowed:
         return getattr(self.path, name)
 
 
-def _trial_choices(delays: dict[str, list[float]], late: dict[int, list[float]]) -> list[list[str]]:
-    """Five zen calls on 2 clocked simulated ranks (as a real backend: the selector times its trial), its
+def _trial_choices(delays: dict[str, list[float]], late: dict[int, list[float]], calls: int = 5,
+                   hc_ids: str = "gaps") -> list[tuple[list[str], list[str]]]:
+    """`calls` zen calls on 2 clocked simulated ranks (as a real backend: the selector times its trial), its
     paths slowed by `delays` on every rank, rank r arriving late[r] seconds late at its first calls; every
-    call must stay lossless. Returns each rank's choices."""
+    call must stay lossless. Returns each rank's choices per call and its kept choices."""
     from zen.api import sync
     from zen.comm.sim import SimComm, SimGroup
     from zen.registry import make_scheme
@@ -112,16 +113,16 @@ def _trial_choices(delays: dict[str, list[float]], late: dict[int, list[float]])
     group = SimGroup(P, timeout_s=60)
 
     def rank_main(r: int) -> list[str]:
-        scheme = make_scheme("zen")
-        for name in ("bp", "hc"):
+        scheme = make_scheme("zen", hc_ids=hc_ids)
+        for name in delays:
             setattr(scheme, name, _Slowed(getattr(scheme, name), delays[name]))
         comm, got, arrivals = Clocked(group, r, tensors[r].device), [], iter(late.get(r, []))
-        for _ in range(5):
+        for _ in range(calls):
             time.sleep(next(arrivals, 0.0))
             out, stats = sync(scheme, tensors[r], comm, validate=False)  # as the hook after its first steps:
             assert matches_reference(out, total, magnitude, P)  # the scheme's first exchange meets a late rank
             got.append(stats.choice)
-        return got
+        return got, list(scheme.choices.values())
 
     return group.run(rank_main)
 
@@ -129,7 +130,7 @@ def _trial_choices(delays: dict[str, list[float]], late: dict[int, list[float]])
 def test_selector_trial_keeps_the_fastest_call_of_each() -> None:
     """On a clocked backend zen times two BP and two HC calls and compares the fastest of each: one slow HC
     call (a busy core) does not settle the choice."""
-    for choices in _trial_choices({"bp": [0.20, 0.10], "hc": [0.30, 0.02]}, {}):  # one call each: BP (0.10 < 0.30)
+    for choices, _ in _trial_choices({"bp": [0.20, 0.10], "hc": [0.30, 0.02]}, {}):  # one call each: BP
         assert choices == ["bp", "bp", "hc", "hc", "hc"]
 
 
@@ -137,8 +138,18 @@ def test_selector_trial_does_not_count_waiting_for_a_late_rank() -> None:
     """A rank's call time includes waiting for the others to arrive (a DDP hook: backward passes apart), which
     no path changes: the trial compares each path at the rank where it is fastest, the one that waited least.
     Here rank 1 is late for both BP calls; BP itself is the faster path."""
-    for choices in _trial_choices({"bp": [], "hc": [0.10, 0.10]}, {1: [0.30, 0.30]}):
+    for choices, _ in _trial_choices({"bp": [], "hc": [0.10, 0.10]}, {1: [0.30, 0.30]}):
         assert choices == ["bp", "bp", "hc", "hc", "bp"]
+
+
+def test_selector_times_hc_with_plain_ids_too() -> None:
+    """hc_ids="auto" (the default): after the gap-coded HC calls as many with plain COO ids are timed; where
+    the coding costs more than it saves (here: slowed), HC keeps plain ids; where it does not, gaps."""
+    slow_bp = [0.30, 0.30]
+    for choices, kept in _trial_choices({"bp": slow_bp, "hc": [0.10, 0.10, 0.10]}, {}, calls=7, hc_ids="auto"):
+        assert choices == ["bp", "bp", "hc", "hc", "hc", "hc", "hc"] and kept == ["hc-coo"]
+    for _, kept in _trial_choices({"bp": slow_bp, "hc_coo": [0.10, 0.10]}, {}, calls=7, hc_ids="auto"):
+        assert kept == ["hc"]
 
 
 @pytest.mark.parametrize("pull", ENCODINGS)

@@ -7,7 +7,10 @@ is the bottleneck; where local work competes (ranks sharing cores, a slow decode
 mislead: at 8 ranks on 2 cores BP moves 22% fewer bytes than HC yet takes 1.7x longer. So by default
 (`select="time"`) the candidates are also timed on real backends: after the measuring BP calls as many HC
 calls run, each rank all-gathers the fastest of each, and the one slower at its fastest rank loses; within 5%
-the bytes rule decides. The fastest of several, not one call each: a call that met a busy core (a DDP hook's
+the bytes rule decides. HC's ids go gap-coded (fewer bytes, more CPU) or as plain COO: with `hc_ids="auto"`
+(the default) both HC variants are timed the same way and the slower loses, the gap-coded one on a tie, so
+where bytes are nearly free (ranks sharing cores on loopback) HC does not pay for a coding it does not need.
+The fastest of several, not one call each: a call that met a busy core (a DDP hook's
 call overlaps backward) would otherwise settle the choice for good. The fastest rank, not the slowest: a
 rank's time includes waiting for the others to arrive (in a DDP hook, how far apart the ranks' backward
 passes are), which no path changes; the rank that arrived last waited least, so its time is the path's own,
@@ -31,6 +34,7 @@ from zen.registry import register_scheme
 from zen.types import PhaseBytes, SyncStats, WireLayout
 
 SELECT = ("time", "bytes")
+HC_IDS = ("auto", "gaps", "coo")
 TIE = 0.05  # time differences within this fraction leave the choice to the bytes rule
 
 
@@ -39,7 +43,8 @@ class ZenAuto:
     """Measures d_G and gamma^n during the first `measure_iters` calls per tensor size (as BP), then, with
     `select="time"` on a real backend, times as many HC calls; keeps the choice. Every rank decides from the
     same all-gathered numbers. `hc_ids`: how HC's messages carry their ids, "gaps" (zen.gaps: a compressed
-    part's rows cost 5 bytes, not 8) or "coo" (the paper's)."""
+    part's rows cost 5 bytes, not 8), "coo" (the paper's) or "auto" (both timed on a real backend; gaps where
+    nothing is timed, as in the simulated group)."""
 
     sparse_input = True
     label = "Zen"
@@ -47,21 +52,24 @@ class ZenAuto:
     marker = "o"
 
     def __init__(self, measure_iters: int = 2, alpha: float = 0.0, bandwidth_gbps: float = 25.0,
-                 choice: str | None = None, select: str = "time", hc_ids: str = "gaps", **bp_options: object):
+                 choice: str | None = None, select: str = "time", hc_ids: str = "auto", **bp_options: object):
         if choice not in (None, "bp", "hc"):
             raise ValueError(f"choice must be 'bp', 'hc' or None (auto), got {choice!r}")
         if select not in SELECT:
             raise ValueError(f"select must be one of {SELECT}, got {select!r}")
+        if hc_ids not in HC_IDS:
+            raise ValueError(f"hc_ids must be one of {HC_IDS}, got {hc_ids!r}")
         self.bp = BalancedParallelism(**bp_options)
-        self.hc = HierarchicalCentralization(ids=hc_ids)
+        self.hc = HierarchicalCentralization(ids="coo" if hc_ids == "coo" else "gaps")
+        self.hc_coo = HierarchicalCentralization(ids="coo") if hc_ids == "auto" else None
         self.measure_iters = max(1, measure_iters)
         self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
         self.forced = choice
         self.select = select
         self.measured: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
-        self.trials: dict[tuple, tuple[float, str, list[float]]] = {}  # key -> (BP's fastest, the bytes rule's
-        # choice, the HC trial calls' times so far)
-        self.choices: dict[tuple, str] = {}
+        self.trials: dict[tuple, tuple[float, str, dict[str, list[float]]]] = {}  # key -> (BP's fastest, the
+        # bytes rule's choice, each HC variant's trial call times so far)
+        self.choices: dict[tuple, str] = {}  # key -> "bp", "hc" or "hc-coo" (HC with plain COO ids)
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         key = (grad.num_rows, grad.row_width, grad.dtype)
@@ -69,9 +77,9 @@ class ZenAuto:
         if choice is None and key in self.trials:
             self._trial_hc(key, grad, comm, out, stats)
             return
-        if choice == "hc":
+        if choice in ("hc", "hc-coo"):
             stats.choice = "hc"
-            self.hc(grad, comm, out, stats)
+            (self.hc_coo if choice == "hc-coo" and self.hc_coo is not None else self.hc)(grad, comm, out, stats)
             return
         clock = Clock(grad.device).start()
         self.bp(grad, comm, out, stats)
@@ -82,29 +90,36 @@ class ZenAuto:
             if len(times) >= self.measure_iters:
                 by_bytes = self._decide(grad, comm, stats)
                 if self.select == "time" and comm.clocked and comm.world_size > 1:
-                    self.trials[key] = (min(times), by_bytes, [])
+                    variants = ("hc", "hc-coo") if self.hc_coo is not None else ("hc",)
+                    self.trials[key] = (min(times), by_bytes, {v: [] for v in variants})
                 else:
                     self.choices[key] = by_bytes
 
     def _trial_hc(self, key: tuple, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
-        """One timed HC call; after `measure_iters` of them, the choice of the faster (the fastest call of
-        each, at the rank where it is fastest: the one that waited least for the others), the bytes rule on a
-        tie."""
+        """One timed HC call (gap-coded ids first, then plain COO with `hc_ids="auto"`); after `measure_iters`
+        of each, the choice: per path its fastest call at the rank where it is fastest (the one that waited
+        least for the others); COO over gaps only when faster by more than TIE; then BP against that HC, the
+        bytes rule on a tie."""
         bp_s, by_bytes, hc_times = self.trials[key]
+        variant = next(v for v, times in hc_times.items() if len(times) < self.measure_iters)
         clock = Clock(grad.device).start()
-        self.hc(grad, comm, out, stats)
+        (self.hc_coo if variant == "hc-coo" and self.hc_coo is not None else self.hc)(grad, comm, out, stats)
         stats.choice = "hc"
-        hc_times.append(clock.stop().seconds())
-        if len(hc_times) < self.measure_iters:
+        hc_times[variant].append(clock.stop().seconds())
+        if any(len(times) < self.measure_iters for times in hc_times.values()):
             return
         del self.trials[key]
-        table = comm.all_gather_fixed(torch.tensor([bp_s, min(hc_times)], dtype=torch.float64), dtype=torch.float64)
-        bp_best, hc_best = (min(column) for column in zip(*table, strict=True))
+        mine = [bp_s] + [min(times) for times in hc_times.values()]
+        table = comm.all_gather_fixed(torch.tensor(mine, dtype=torch.float64), dtype=torch.float64)
+        bp_best, hc_best, *coo = (min(column) for column in zip(*table, strict=True))
+        hc_path = "hc"
+        if coo and coo[0] < (1 - TIE) * hc_best:
+            hc_path, hc_best = "hc-coo", coo[0]
         stats.extra.update(bp_trial_s=bp_best, hc_trial_s=hc_best)
         if abs(bp_best - hc_best) <= TIE * max(bp_best, hc_best):
-            self.choices[key] = by_bytes
+            self.choices[key] = hc_path if by_bytes == "hc" else "bp"
         else:
-            self.choices[key] = "hc" if hc_best < bp_best else "bp"
+            self.choices[key] = hc_path if hc_best < bp_best else "bp"
 
     def _decide(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> str:
         table = comm.all_gather_fixed([stats.nnz, stats.server_count or 0])
