@@ -21,6 +21,8 @@ from zen.registry import make_scheme
 
 from .cases import CASES
 
+TRIAL = 6  # zen's first calls per size: 2 BP, 2 HC with gap-coded ids, 2 with plain ids, then its choice
+
 
 def _digest(t: torch.Tensor) -> float:
     t = t.to_dense() if t.layout != torch.strided else t
@@ -29,8 +31,8 @@ def _digest(t: torch.Tensor) -> float:
 
 def schemes(names: list[str], cases: list[str], ranks_per_node: int = 1) -> dict[str, Any]:
     """Every scheme on every case: (lossless, digest, host reads the double counted in the last call, exchange
-    rounds of that call, host reads the communicator counted). Three calls per case: `zen` decides on the
-    first ones."""
+    rounds of that call, host reads the communicator counted). The last of TRIAL + 1 calls per case is
+    counted: `zen` decides on the first ones (its one-time trial all-gathers its timings)."""
     rank, P = dist.get_rank(), dist.get_world_size()
     comm = DistComm()
     report: dict[str, Any] = {}
@@ -39,7 +41,7 @@ def schemes(names: list[str], cases: list[str], ranks_per_node: int = 1) -> dict
         for case in cases:
             tensors = [CASES[case](r, P, torch.float32) for r in range(P)]
             total, magnitude = reference_sum(tensors)
-            for _ in range(2):
+            for _ in range(TRIAL):
                 zen.sync(scheme, tensors[rank], comm)
             with nccl_rules.counting() as counts:
                 out, stats = zen.sync(scheme, tensors[rank], comm)
@@ -80,7 +82,7 @@ class _Tables(nn.Module):
         return self.head(self.words(ids).mean(1))
 
 
-def hook_reads(scheme: str, sparse: bool, steps: int = 5) -> dict[str, int]:
+def hook_reads(scheme: str, sparse: bool, steps: int = TRIAL + 1) -> dict[str, int]:
     """Host reads in one steady-state step's backward (no input check, the scheme's choice made), as the
     double counts them, against the exchange rounds and the communicator's own count that step."""
     torch.manual_seed(0)
