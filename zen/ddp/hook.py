@@ -240,7 +240,7 @@ class ZenHookState:
         if self.ranks_per_node > 1:
             nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s, self.intra,
                                                           device=comm.device))
-        syncer = Synchronizer(rt.config, comm, nodes, compressor=rt.compressor)
+        syncer = Synchronizer(rt.config, comm, nodes, compressor=rt.compressor, on_issue=rt.fault.track)
         worker = CommWorker(name=f"zen-comm-{k}", device=comm.device, fault=rt.fault)
         return Lane(comm, worker, Stream(comm.device), syncer)
 
@@ -318,6 +318,6 @@ class BucketJob:
                 record.parts.append((outcome.stats, outcome.sparse))
                 if part.sparse_result:
                     result = outcome.result
-            pending = [rt.fault.track(o.pending) for o in outcomes if o.pending is not None]
+            pending = [o.pending for o in outcomes if o.pending is not None]  # tracked as issued (on_issue)
             record.spans.append(clock)
             settle(self.done, result, pending, rt.fault, on_done=clock.stop)

@@ -12,7 +12,7 @@ runs a part is decided here, once: the configured scheme, two-level sync wrapped
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -80,7 +80,8 @@ class Synchronizer:
     part key (a scheme's per-size state is about one tensor), one compressor with its residuals. `instance`
     fixes the scheme object (the functional `zen.sync`). `strict_two_level`: a COO tensor, a sparse result or
     a compressor with two-level nodes is an error (the functional API), not flat sync (the hook's other
-    parts)."""
+    parts). `on_issue` learns of every asynchronous all-reduce as it is issued, so a caller can keep it in
+    sight even when a later part of the same call fails (the hook must not exit with one in flight)."""
 
     config: SyncConfig
     comm: Communicator
@@ -88,6 +89,7 @@ class Synchronizer:
     instance: Scheme | None = None
     strict_two_level: bool = False
     compressor: Compressor | None = None  # None: made from the config (the hook shares one across its lanes)
+    on_issue: Callable[[Pending], object] | None = None
     _schemes: dict[tuple[str, Hashable], Scheme] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -190,6 +192,8 @@ class Synchronizer:
             pending = comm.all_reduce_async(part.tensor, phase=DENSE)
             if divisor != 1:
                 pending = pending.then(lambda t: t.div_(divisor))
+            if self.on_issue is not None:
+                self.on_issue(pending)
             return Outcome(part.tensor, stats, part.sparse, pending)
         assert output is not None
         plan.scheme(grad, comm, output, stats)
