@@ -34,10 +34,12 @@ colocated deployment). `stats.push_counts` and `stats.server_count` count blocks
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import torch
 
 from baselines.sparse_ps import even_bounds, owner_traffic, range_counts
-from zen.comm.base import Communicator
+from zen.comm.base import Communicator, Deferred
 from zen.costmodel import Prediction, Sparsity
 from zen.grad import LocalGrad
 from zen.output import Output
@@ -75,18 +77,34 @@ class OmniReduce:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         blocks = self._nonzero_blocks(index, values != 0)
-        stats.push_counts = range_counts(blocks, bounds)
         out.own(index, values)
-        columns = blocks.split(stats.push_counts)
-        messages = [self._column(flat, columns[j], bounds[j + 1], id_dtype) for j in range(P)]
-        received = comm.all_to_all_v(messages, phase="push")
+        cuts = torch.searchsorted(blocks, torch.tensor(bounds, dtype=blocks.dtype, device=blocks.device))
+        count = cuts.diff()
+        tail = torch.zeros_like(count)  # the partial last block (if any) is in the last column: its deficit
+        deficit = num_blocks * self.block_size - flat.numel()
+        if deficit:
+            tail[-1] = (blocks[-1:] == num_blocks - 1).sum() * deficit
+        sizes = torch.stack([count + (count > 0), count * self.block_size - tail], 1)  # words, elements
+
+        def columns(rows: list[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            starts = list(accumulate((max(words - 1, 0) for words, _ in rows), initial=0))
+            return [self._column(flat, blocks[starts[j] : starts[j + 1]], bounds[j + 1], id_dtype,
+                                 elements != max(words - 1, 0) * self.block_size)
+                    for j, (words, elements) in enumerate(rows)]
+
+        template = (blocks[:0].to(id_dtype), flat[:0])
+        push = Deferred(template, sizes, columns)
+        received = comm.all_to_all_v(push, phase="push")
+        assert push.rows is not None
+        stats.push_counts = [max(words - 1, 0) for words, _ in push.rows]
         out.zero()
         ids = [words[:-1] for words, _ in received]
         for x, (_, payload) in zip(ids, received, strict=True):  # in rank order, as add_messages sums
             self._write_blocks(flat, x, payload, add=True)
         union = torch.unique(concat(ids))
         stats.server_count = int(union.numel())
-        mine = self._column(flat, union, bounds[r + 1], id_dtype)
+        partial = any(p.numel() != x.numel() * self.block_size for x, (_, p) in zip(ids, received, strict=True))
+        mine = self._column(flat, union, bounds[r + 1], id_dtype, partial)
         for j, (words, payload) in enumerate(comm.all_gather_v(mine, phase="pull")):
             if j != r:
                 self._write_blocks(flat, words[:-1], payload, add=False)
@@ -132,24 +150,24 @@ class OmniReduce:
         elements = (index.unsqueeze(1) * width + columns)[nonzero]
         return torch.unique_consecutive(elements // self.block_size)
 
-    def _full_blocks(self, flat: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """(the full blocks of `flat` as rows, the ids among ascending `ids` that are full blocks, whether the
-        partial last block is among them): whole-block gathers and scatters, not one index per element."""
-        full = flat.numel() // self.block_size
-        rows = flat[: full * self.block_size].view(full, self.block_size)
-        partial = bool(ids.numel()) and int(ids[-1]) == full  # ascending: only the last id can be partial
-        return rows, (ids[:-1] if partial else ids).long(), partial
-
-    def _take_blocks(self, flat: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        rows, full_ids, partial = self._full_blocks(flat, ids)
-        taken = rows.index_select(0, full_ids).view(-1)
-        return torch.cat([taken, flat[rows.numel() :]]) if partial else taken
+    def _take_blocks(self, flat: torch.Tensor, ids: torch.Tensor, partial: bool) -> torch.Tensor:
+        """The elements of the ascending blocks `ids`, whole-block gathers; `partial`: the last id is the
+        partial last block (the caller knows it from sizes on the host)."""
+        b = self.block_size
+        full = flat.numel() // b
+        taken = flat[: full * b].view(full, b).index_select(0, (ids[:-1] if partial else ids).long()).view(-1)
+        return torch.cat([taken, flat[full * b :]]) if partial else taken
 
     def _write_blocks(self, flat: torch.Tensor, ids: torch.Tensor, payload: torch.Tensor, add: bool) -> None:
-        """flat[blocks ids] += payload (add) or = payload."""
-        rows, full_ids, partial = self._full_blocks(flat, ids)
-        k = full_ids.numel() * self.block_size
-        body = payload[:k].view(-1, self.block_size)
+        """flat[blocks ids] += payload (add) or = payload; the payload's length says whether the partial last
+        block is among them (no host read of the ids)."""
+        b = self.block_size
+        full = flat.numel() // b
+        rows = flat[: full * b].view(full, b)
+        partial = payload.numel() != ids.numel() * b
+        k = (ids.numel() - partial) * b
+        full_ids = (ids[:-1] if partial else ids).long()
+        body = payload[:k].view(-1, b)
         if add:
             rows.index_add_(0, full_ids, body)
         else:
@@ -159,8 +177,8 @@ class OmniReduce:
         elif partial:
             flat[rows.numel() :] = payload[k:]
 
-    def _column(self, flat: torch.Tensor, ids: torch.Tensor, end: int, id_dtype: torch.dtype
+    def _column(self, flat: torch.Tensor, ids: torch.Tensor, end: int, id_dtype: torch.dtype, partial: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Wire message of one column: offset words [ids..., end] (none if empty) and the blocks' elements."""
         words = torch.cat([ids, ids.new_tensor([end])]).to(id_dtype) if ids.numel() else ids.to(id_dtype)
-        return words, self._take_blocks(flat, ids)
+        return words, self._take_blocks(flat, ids, partial)

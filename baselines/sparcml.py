@@ -50,14 +50,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 
 import torch
 
 from baselines.sparse_ps import even_bounds
-from zen.comm.base import HEAD_BYTES, Communicator, Message, gather_meta
+from zen.comm.base import HEAD_BYTES, Communicator, Deferred, Message, gather_meta
 from zen.costmodel import Prediction, Sparsity
 from zen.fold import Fold
 from zen.grad import LocalGrad
@@ -116,14 +115,6 @@ class StreamOps:
             return Stream(lo, n, None, dense)
         return Stream(lo, n, index, values)
 
-    def cut(self, s: Stream, lo: int, n: int) -> Stream:
-        """The part of `s` in [lo, lo + n); a dense stream stays dense."""
-        if s.index is None:
-            return Stream(lo, n, None, s.values[lo - s.lo : lo - s.lo + n])
-        bounds = torch.tensor([lo, lo + n], dtype=s.index.dtype, device=s.index.device)
-        a, b = torch.searchsorted(s.index, bounds).tolist()
-        return self.make(lo, n, s.index[a:b], s.values[a:b])
-
     def merge(self, a: Stream, b: Stream) -> Stream:
         """a + b with the dense switch; symmetric in a and b down to the bits."""
         lo, n = a.lo, a.n
@@ -157,34 +148,57 @@ class StreamOps:
                             device=self.values_like.device)
         return concat(ids), concat([s.values for s in streams]), desc
 
+    def join(self, a: Message, b: Message) -> Message:
+        """Two bundles of consecutive ranges as one (a's streams first)."""
+        return tuple(torch.cat([x, y]) for x, y in zip(a, b, strict=True))
+
     def template(self, count: int) -> Message:
         empty = torch.empty(0, dtype=self.index_dtype, device=self.values_like.device)
         if count == 1:
             return empty, self.values_like
         return empty, self.values_like, torch.empty(0, dtype=torch.int64, device=self.values_like.device)
 
-    def decode(self, message: Message, ranges: list[tuple[int, int]], read: Callable[[torch.Tensor], list[int]]
-               ) -> list[Stream]:
-        """`encode`'s streams back, over `ranges`; `read` brings the stream sizes of a multi-stream message to
-        the host (the communicator's counted host read)."""
-        if len(ranges) == 1:
-            index, values = message
-            dense = index.numel() == 0 and values.shape[0] > 0
-            return [Stream(*ranges[0], None if dense else index.long(), values)]
-        index, values, desc = message
-        streams, at_id, at_row = [], 0, 0
-        for (lo, n), k in zip(ranges, read(desc), strict=True):
-            rows = n if k < 0 else k
-            ids = None if k < 0 else index[at_id : at_id + k].long()
-            streams.append(Stream(lo, n, ids, values[at_row : at_row + rows]))
-            at_id, at_row = at_id + max(k, 0), at_row + rows
-        return streams
+    def decode(self, message: Message, lo: int, n: int) -> Stream:
+        """A one-stream message back as the stream over [lo, lo + n) (sizes from the header: no host read)."""
+        index, values = message
+        dense = index.numel() == 0 and values.shape[0] > 0
+        return Stream(lo, n, None if dense else index.long(), values)
+
+    def bundle(self, message: Message) -> Message:
+        """A message as (ids, values, ids per stream): a one-stream message gets its stream size from its
+        shapes, so slices gathered over rounds are joined and forwarded without reading sizes on the host."""
+        if len(message) == 3:
+            return message
+        index, values = message
+        dense = index.numel() == 0 and values.shape[0] > 0
+        return index, values, torch.tensor([-1 if dense else index.numel()], dtype=torch.int64, device=values.device)
+
+    def row_ids(self, bundle: Message, ranges: list[tuple[int, int]]) -> torch.Tensor:
+        """The output row of each value row of a bundle, computed on the device from its stream sizes: a dense
+        stream's rows are its range, a sparse one's its ids."""
+        index, values, desc = bundle
+        dev = values.device
+        lo = torch.tensor([a for a, _ in ranges], dtype=torch.int64, device=dev)
+        n = torch.tensor([b for _, b in ranges], dtype=torch.int64, device=dev)
+        dense = desc < 0
+        ids = desc.clamp(min=0)
+        rows = torch.where(dense, n, ids)
+        row_end, id_end = rows.cumsum(0), ids.cumsum(0)
+        t = torch.arange(values.shape[0], device=dev)
+        s = torch.searchsorted(row_end, t, right=True)
+        at = t - (row_end - rows)[s]
+        padded = torch.cat([index.long(), index.new_zeros(1, dtype=torch.int64)])
+        sparse_row = padded[((id_end - ids)[s] + at).clamp(max=index.numel())]
+        return torch.where(dense[s], lo[s] + at, sparse_row)
 
     def write(self, out: torch.Tensor, s: Stream) -> None:
         if s.index is None:
             out[s.lo : s.lo + s.n].copy_(s.values)
         else:
             put_rows(out, s.index, s.values)
+
+    def write_bundle(self, out: torch.Tensor, bundle: Message, ranges: list[tuple[int, int]]) -> None:
+        put_rows(out, self.row_ids(bundle, ranges), bundle[1])
 
 
 def choose_variant(counts: list[int], layout: WireLayout, small_bytes: int) -> str:
@@ -305,24 +319,27 @@ class SparCML:
         partner = fold.partner(r) if fold.folded(r) else None
         rounds = Rounds(comm, ops)
         if fold.extra:  # the even rank of each folded pair hands its stream to the odd one
-            got = rounds.run(partner if sits_out else None, [stream], None if sits_out else partner, [(0, M)], "fold")
+            got = rounds.run(partner if sits_out else None, [stream], None if sits_out else partner, (0, M), "fold")
             if got is not None:
-                stream = ops.merge(stream, got[0])
+                stream = ops.merge(stream, got)
         if sits_out:  # every rank joins every round, a sitter with nothing to say
-            rounds.idle((fold.p2 - 1 + fold.levels) if split else fold.levels)
-            result = [stream]
+            if split:
+                comm.all_to_all_v(Deferred(ops.template(1), torch.zeros(comm.world_size, 4, dtype=torch.int64),
+                                           lambda _: [], peers=[]), "reduce_scatter")
+            rounds.idle(fold.levels)
+            result = ops.bundle(ops.encode([stream]))
         elif split:
             result = self._split_allgather(ops, rounds, stream, ranges, fold, fold.vrank(r), variant)
         else:
-            result = [self._recursive_double(ops, rounds, stream, fold, fold.vrank(r))]
+            result = ops.bundle(ops.encode([self._recursive_double(ops, rounds, stream, fold, fold.vrank(r))]))
         if fold.extra:
-            got = rounds.run(None if sits_out else partner, result, partner if sits_out else None, ranges, "unfold")
+            got = rounds.exchange(None if sits_out else partner, result, partner if sits_out else None,
+                                  len(ranges), "unfold")
             if got is not None:
                 result = got
         out.zero()
-        for s in result:
-            ops.write(out.buffer, s)
-        stats.extra["dense_rows"] = float(sum(s.n for s in result if s.index is None))
+        ops.write_bundle(out.buffer, result, ranges)
+        stats.extra["dense_rows"] = float(result[1].shape[0] - result[0].shape[0])
 
     def closed_form(self, w: Sparsity) -> Prediction:
         """SSAR recursive doubling with the dense switch: each round's stream is capped at dense size."""
@@ -348,38 +365,67 @@ class SparCML:
         """SSAR_Recursive_double: round r sums the streams of two blocks of 2^r vranks."""
         for level in range(fold.levels):
             peer = fold.peer(vrank, level)
-            got = rounds.run(peer, [stream], peer, [(stream.lo, stream.n)], "reduce")
+            got = rounds.run(peer, [stream], peer, (stream.lo, stream.n), "reduce")
             assert got is not None
-            stream = ops.merge(stream, got[0])
+            stream = ops.merge(stream, got)
         return stream
 
     def _split_allgather(self, ops: StreamOps, rounds: Rounds, stream: Stream, ranges: list[tuple[int, int]],
-                         fold: Fold, vrank: int, variant: str) -> list[Stream]:
-        """Split reduce-scatter to the owner of each range, then a recursive-doubling allgather."""
-        p2 = fold.p2
-        pieces = [ops.cut(stream, lo, n) for lo, n in ranges]
-        received = {vrank: pieces[vrank]}
-        for step in range(1, p2):
-            peer = vrank ^ step
-            got = rounds.run(fold.real(peer), [pieces[peer]], fold.real(peer), [ranges[vrank]], "reduce_scatter")
-            assert got is not None
-            received[peer] = got[0]
-        mine = received[0]
+                         fold: Fold, vrank: int, variant: str) -> Message:
+        """Split reduce-scatter to the owner of each range (one all-to-all among the active ranks, its cut
+        points read with its headers), then a recursive-doubling allgather of the reduced slices, forwarded
+        as bundles. Returns the bundle of all p' slices."""
+        comm, p2 = rounds.comm, fold.p2
+        received = comm.all_to_all_v(self._pieces(ops, stream, ranges, fold), "reduce_scatter")
+        lo, n = ranges[vrank]
+        mine = ops.decode(received[fold.real(0)], lo, n)
         for u in range(1, p2):
-            mine = ops.merge(mine, received[u])
+            mine = ops.merge(mine, ops.decode(received[fold.real(u)], lo, n))
         if variant == "dsar_split_allgather":
             mine = ops.densify(mine)
-        slices: list[Stream | None] = [None] * p2
-        slices[vrank] = mine
+        held = ops.bundle(ops.encode([mine]))  # the slices of vranks [first, first + size)
         for level in range(fold.levels):
             size = 1 << level
             own = (vrank >> level) << level
-            theirs = own ^ size
             peer = fold.peer(vrank, level)
-            got = rounds.run(peer, slices[own : own + size], peer, ranges[theirs : theirs + size], "allgather")
+            got = rounds.exchange(peer, held, peer, size, "allgather")
             assert got is not None
-            slices[theirs : theirs + size] = got
-        return slices
+            held = ops.join(held, got) if own < (own ^ size) else ops.join(got, held)
+        return held
+
+    @staticmethod
+    def _pieces(ops: StreamOps, stream: Stream, ranges: list[tuple[int, int]], fold: Fold) -> Deferred:
+        """Our stream cut to every range, to its owner: per real rank (ids, rows, first, end) on the device,
+        each piece dense when its cut calls for it (the same switch as `StreamOps.make`)."""
+        P, dev = fold.world_size, stream.values.device
+        n = torch.tensor([b for _, b in ranges], dtype=torch.int64, device=dev)
+        if stream.index is None:
+            ends = torch.tensor([a for a, _ in ranges] + [stream.n], dtype=torch.int64, device=dev)
+            ids, rows = torch.zeros_like(n), n
+        else:
+            bounds = torch.tensor([a for a, _ in ranges] + [stream.lo + stream.n], dtype=stream.index.dtype,
+                                  device=dev)
+            ends = torch.searchsorted(stream.index, bounds)
+            k = ends.diff()
+            dense = (k * ops.layout.coo_row >= n * ops.width * ops.layout.value_bytes) & (n > 0)
+            ids, rows = torch.where(dense, 0, k), torch.where(dense, n, k)
+        active = torch.tensor(fold.active, device=dev)
+        counts = torch.zeros(P, 4, dtype=torch.int64, device=dev)
+        counts[active] = torch.stack([ids, rows, ends[:-1], ends[1:]], 1)
+
+        def build(got: list[list[int]]) -> list[Message]:
+            pieces: list[Message] = [ops.template(1)] * P
+            for u, (lo, size) in enumerate(ranges):
+                j = fold.real(u)
+                if stream.index is None:
+                    piece = Stream(lo, size, None, stream.values[lo - stream.lo : lo - stream.lo + size])
+                else:
+                    a, b = got[j][2:]
+                    piece = ops.make(lo, size, stream.index[a:b], stream.values[a:b])
+                pieces[j] = ops.encode([piece])
+            return pieces
+
+        return Deferred(ops.template(1), counts, build, peers=fold.active)
 
 
 @dataclass
@@ -389,13 +435,21 @@ class Rounds:
     comm: Communicator
     ops: StreamOps
 
-    def run(self, to: int | None, streams: list[Stream], source: int | None, ranges: list[tuple[int, int]],
-            phase: str) -> list[Stream] | None:
-        """Send `streams` to `to` and/or receive streams over `ranges` from `source`."""
-        like = self.ops.template(len(ranges))
+    def exchange(self, to: int | None, bundle: Message, source: int | None, count: int, phase: str
+                 ) -> Message | None:
+        """Send the streams of `bundle` to `to` and/or receive a bundle of `count` streams from `source`; a
+        one-stream message travels without its size."""
+        wire = bundle[:2] if count == 1 else bundle
+        got = self.comm.exchange({to: wire} if to is not None else {},
+                                 {source: self.ops.template(count)} if source is not None else {}, phase)
+        return self.ops.bundle(got[source]) if source is not None else None
+
+    def run(self, to: int | None, streams: list[Stream], source: int | None, span: tuple[int, int], phase: str
+            ) -> Stream | None:
+        """Send one stream to `to` and/or receive one over `span` from `source`."""
         got = self.comm.exchange({to: self.ops.encode(streams)} if to is not None else {},
-                                 {source: like} if source is not None else {}, phase)
-        return self.ops.decode(got[source], ranges, self.comm.host) if source is not None else None
+                                 {source: self.ops.template(1)} if source is not None else {}, phase)
+        return self.ops.decode(got[source], *span) if source is not None else None
 
     def idle(self, count: int) -> None:
         for _ in range(count):

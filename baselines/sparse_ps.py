@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from zen.comm.base import Communicator, count_meta, gather_v_meta
+from zen.comm.base import Communicator, Packed, count_meta, gather_v_meta
 from zen.costmodel import Prediction, Sparsity
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
@@ -63,12 +63,11 @@ class SparseParameterServer:
         P, r = comm.world_size, comm.rank
         bounds = even_bounds(grad.num_rows, P)
         index, values = grad.rows()
-        counts = range_counts(index, bounds)
         stats.nnz = int(index.numel())
-        stats.push_counts = counts
-        wire_index = index.to(grad.index_dtype())
-        messages = list(zip(wire_index.split(counts), values.split(counts), strict=True))
-        received = comm.all_to_all_v(messages, phase="push")
+        cuts = torch.searchsorted(index, torch.tensor(bounds, dtype=index.dtype, device=index.device))
+        packed = Packed((index.to(grad.index_dtype()), values), cuts.diff())  # sizes read with the headers
+        received = comm.all_to_all_v(packed, phase="push")
+        stats.push_counts = packed.rows
         out.zero()
         add_messages(out.buffer, received)
         members = torch.arange(bounds[r], bounds[r + 1], device=grad.device)

@@ -131,6 +131,22 @@ class Packed:
     rows: list[int] | None = None
 
 
+@dataclass
+class Deferred:
+    """Messages to `peers` (default: every other rank) whose sizes are still on the device, built only once
+    the header round has read them: `counts` is (P, C), its first len(template) columns the rows of each
+    tensor per destination (they go in the headers), any further columns read with them but not sent.
+    `build(rows)`, rows[j] those C numbers for rank j on the host, returns the P messages (our own at our
+    rank; others ignored for non-peers). Saves a scheme a host read of its cut points before the round:
+    afterwards `rows` holds them."""
+
+    template: Message
+    counts: torch.Tensor
+    build: Callable[[list[list[int]]], list[Message]]
+    peers: Sequence[int] | None = None
+    rows: list[list[int]] | None = None
+
+
 class Pending:
     """An issued all-reduce. `future`: a Future that completes with the tensor once its data can be read
     (gloo, the simulated group); `wait()`: make the result visible to the caller's stream (NCCL: a stream
@@ -357,10 +373,12 @@ class Communicator(ABC):
         counts = {j: [int(t.shape[0]) for t in m] for j, m in sends.items()}
         return self._round(sends, counts, recvs, phase, lambda _: [sends[j] for j in sorted(sends)])
 
-    def all_to_all_v(self, messages: Sequence[Message] | Packed, phase: str) -> list[Message]:
-        """messages[j] goes to rank j (a list, or one `Packed` layout); returns the message received from each
-        rank, in rank order (our own as it is)."""
+    def all_to_all_v(self, messages: Sequence[Message] | Packed | Deferred, phase: str) -> list[Message]:
+        """messages[j] goes to rank j (a list, one `Packed` layout, or `Deferred` messages); returns the message
+        received from each rank, in rank order (our own as it is; an empty template from a non-peer)."""
         P, r = self.world_size, self.rank
+        if isinstance(messages, Deferred):
+            return self._all_to_all_deferred(messages, phase)
         if not isinstance(messages, Packed):
             if P == 1:
                 return [messages[0]]
@@ -388,9 +406,35 @@ class Communicator(ABC):
         got = self._round(others, counts, others, phase, payload)
         return [tuple(t[bounds[r] : bounds[r + 1]] for t in tensors) if j == r else got[j] for j in range(P)]
 
+    def _all_to_all_deferred(self, messages: Deferred, phase: str) -> list[Message]:
+        P, r = self.world_size, self.rank
+        template = tuple(t[:0] for t in messages.template)
+        counts = messages.counts.view(P, -1)
+        if P == 1:
+            messages.rows = [[int(c) for c in row] for row in self.host(counts)]
+            return [messages.build(messages.rows)[0]]
+        peers = {j: template for j in (range(P) if messages.peers is None else messages.peers) if j != r}
+        if not peers:  # a rank with no one to talk to still joins the header round
+            self._round({}, {}, {}, phase, lambda _: [])
+            return [template] * P
+        built: list[Message] = []
+
+        def payload(rows: list[list[int]]) -> list[Message]:
+            messages.rows = rows
+            built.extend(messages.build(rows))
+            for j in (*peers, r):
+                got = [int(t.shape[0]) for t in built[j]]
+                if got != rows[j][: len(template)]:
+                    raise ValueError(f"all_to_all_v: a deferred message to rank {j} has {got} rows, its counts "
+                                     f"said {rows[j][: len(template)]}")
+            return [built[j] for j in sorted(peers)]
+
+        got = self._round(peers, counts, peers, phase, payload)
+        return [built[r] if j == r else got.get(j, template) for j in range(P)]
+
     def _round(self, sends: Mapping[int, Message], counts: Mapping[int, list[int]] | torch.Tensor,
                recvs: Mapping[int, Message], phase: str,
-               payload: Callable[[list[int]], list[Message]]) -> dict[int, Message]:
+               payload: Callable[[list[Any]], list[Message]]) -> dict[int, Message]:
         """A header round, then a payload round, each joined by every rank of the group.
 
         `sends` (destination -> a message, or its template) and `counts` (its tensors' row counts per
@@ -406,10 +450,11 @@ class Communicator(ABC):
             if not isinstance(counts, torch.Tensor):
                 head[j, 3 : 3 + len(m)] = torch.tensor(counts[j], dtype=torch.int64)
         head = head.to(self.device)
-        device_counts = counts.to(self.device).view(-1) if isinstance(counts, torch.Tensor) else None
+        device_counts = counts.to(self.device).view(P, -1) if isinstance(counts, torch.Tensor) else None
         if device_counts is not None and sends:
             width = len(next(iter(sends.values())))
-            head[:, 3 : 3 + width] = device_counts.view(-1, 1).expand(-1, width)
+            head[:, 3 : 3 + width] = (device_counts.expand(-1, width) if device_counts.shape[1] == 1
+                                      else device_counts[:, :width])
             head[r, 3:] = 0
         send_sizes = [HEAD_BYTES if j in sends else 0 for j in range(P)]
         recv_sizes = [HEAD_BYTES if j in recvs else 0 for j in range(P)]
@@ -421,9 +466,14 @@ class Communicator(ABC):
             self.traffic.rounds += 1
         table = heads.view(torch.int64)
         if device_counts is not None:
-            table = torch.cat([table, device_counts])
+            table = torch.cat([table, device_counts.reshape(-1)])
         flat = self.host(table) if table.numel() else []
-        mine = flat[len(flat) - P :] if device_counts is not None else []
+        mine: list = []
+        if device_counts is not None:
+            C = device_counts.shape[1]
+            mine = flat[len(flat) - P * C :]
+            if C > 1:
+                mine = [mine[j * C : (j + 1) * C] for j in range(P)]
         sources = [j for j in range(P) if j in recvs]
         received: dict[int, list[int]] = {}
         for i, j in enumerate(sources):
