@@ -13,7 +13,7 @@ back (phase "unfold").
 - ssar_recursive_double: log2 p' rounds (phase "reduce"), partner = vrank XOR 2^r, whole streams
   exchanged and summed. Small inputs: log2 p' messages.
 - ssar_split_allgather: [0, M) is cut into p' equal contiguous ranges; each vrank sends its piece of
-  range j straight to vrank j (p' - 1 pairwise exchanges, phase "reduce_scatter"), which sums the p'
+  range j straight to vrank j (one all-to-all among the p' ranks, phase "reduce_scatter"), which sums the p'
   pieces in vrank order; the disjoint reduced slices (global row ids) are then all-gathered by
   recursive doubling (phase "allgather"). Large inputs: each row crosses about twice.
 - dsar_split_allgather: the same reduce-scatter, then dense slices are all-gathered.

@@ -206,13 +206,13 @@ class TwoLevel:
         assert isinstance(out, DenseOutput)
         trial = self.nodes.steps_for(self.name, grad, comm)
         mode = trial.mode()
-        clock = Clock(grad.device).start()
+        clock = Clock(grad.device).start() if trial.chosen is None else None  # timed only while on trial
         if mode == "flat":
             self.inner(grad, comm, out, stats)
         else:
             sync_two_level(self.inner, grad, self.nodes, out, stats, mode)
         stats.intra = mode
-        if trial.chosen is None:
+        if clock is not None:
             trial.record(mode, clock.stop().seconds(), comm)
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:

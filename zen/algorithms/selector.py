@@ -79,7 +79,7 @@ class ZenAuto:
             return
         if choice in ("hc", "hc-coo"):
             stats.choice = "hc"
-            (self.hc_coo if choice == "hc-coo" and self.hc_coo is not None else self.hc)(grad, comm, out, stats)
+            self._hc_path(choice)(grad, comm, out, stats)
             return
         clock = Clock(grad.device).start()
         self.bp(grad, comm, out, stats)
@@ -103,7 +103,7 @@ class ZenAuto:
         bp_s, by_bytes, hc_times = self.trials[key]
         variant = next(v for v, times in hc_times.items() if len(times) < self.measure_iters)
         clock = Clock(grad.device).start()
-        (self.hc_coo if variant == "hc-coo" and self.hc_coo is not None else self.hc)(grad, comm, out, stats)
+        self._hc_path(variant)(grad, comm, out, stats)
         stats.choice = "hc"
         hc_times[variant].append(clock.stop().seconds())
         if any(len(times) < self.measure_iters for times in hc_times.values()):
@@ -120,6 +120,10 @@ class ZenAuto:
             self.choices[key] = hc_path if by_bytes == "hc" else "bp"
         else:
             self.choices[key] = hc_path if hc_best < bp_best else "bp"
+
+    def _hc_path(self, name: str) -> HierarchicalCentralization:
+        """HC with plain COO ids for "hc-coo" (when timed), else with gap-coded ids."""
+        return self.hc_coo if name == "hc-coo" and self.hc_coo is not None else self.hc
 
     def _decide(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> str:
         table = comm.all_gather_fixed([stats.nnz, stats.server_count or 0])
