@@ -171,6 +171,7 @@ def test_dense_stream_travels_as_zero_ids_and_all_rows() -> None:
     out = torch.zeros(13, 2)
     ops.write_bundle(out, message, [(10, 3), (10, 3)])  # a dense stream's rows are its range, a sparse one's its ids
     assert out[10:].tolist() == [[0.0, 1.0], [1.0, 1.0], [4.0, 5.0]] and not out[:10].any()
+    assert ops.row_ids(message, [(10, 3), (10, 3)]).tolist() == [10, 11, 12, 11]  # the accelerator's write
     assert ops.merge(dense, sparse).values.tolist() == ops.merge(sparse, dense).values.tolist()
 
 
