@@ -159,11 +159,15 @@ class StreamOps:
             return empty, self.values_like
         return empty, self.values_like, torch.empty(0, dtype=torch.int64, device=self.values_like.device)
 
+    @staticmethod
+    def dense(message: Message) -> bool:
+        """Whether a one-stream message holds a dense stream: no ids, some rows (from shapes alone)."""
+        index, values = message
+        return index.numel() == 0 and values.shape[0] > 0
+
     def decode(self, message: Message, lo: int, n: int) -> Stream:
         """A one-stream message back as the stream over [lo, lo + n) (sizes from the header: no host read)."""
-        index, values = message
-        dense = index.numel() == 0 and values.shape[0] > 0
-        return Stream(lo, n, None if dense else index.long(), values)
+        return Stream(lo, n, None if self.dense(message) else message[0].long(), message[1])
 
     def bundle(self, message: Message) -> Message:
         """A message as (ids, values, ids per stream): a one-stream message gets its stream size from its
@@ -171,8 +175,8 @@ class StreamOps:
         if len(message) == 3:
             return message
         index, values = message
-        dense = index.numel() == 0 and values.shape[0] > 0
-        return index, values, torch.tensor([-1 if dense else index.numel()], dtype=torch.int64, device=values.device)
+        size = -1 if self.dense(message) else index.numel()
+        return index, values, torch.tensor([size], dtype=torch.int64, device=values.device)
 
     def row_ids(self, bundle: Message, ranges: list[tuple[int, int]]) -> torch.Tensor:
         """The output row of each value row of a bundle, computed on the device from its stream sizes: a dense
@@ -336,8 +340,8 @@ class SparCML:
                 stream = ops.merge(stream, got)
         if sits_out:  # every rank joins every round, a sitter with nothing to say
             if split:
-                comm.all_to_all_v(Deferred(ops.template(1), torch.zeros(comm.world_size, 4, dtype=torch.int64),
-                                           lambda _: [], peers=[]), "reduce_scatter")
+                comm.all_to_all_v(Deferred(ops.template(1), torch.zeros(0, dtype=torch.int64), lambda _: [], peers=[]),
+                                  "reduce_scatter")  # no peers: it only joins the header round
             rounds.idle(fold.levels)
             result = ops.bundle(ops.encode([stream]))
         elif split:

@@ -409,14 +409,14 @@ class Communicator(ABC):
     def _all_to_all_deferred(self, messages: Deferred, phase: str) -> list[Message]:
         P, r = self.world_size, self.rank
         template = tuple(t[:0] for t in messages.template)
+        peers = {j: template for j in (range(P) if messages.peers is None else messages.peers) if j != r}
+        if P > 1 and not peers:  # a rank with no one to talk to still joins the header round (its counts unused)
+            self._round({}, {}, {}, phase, lambda _: [])
+            return [template] * P
         counts = messages.counts.view(P, -1)
         if P == 1:
             messages.rows = [[int(c) for c in row] for row in self.host(counts)]
             return [messages.build(messages.rows)[0]]
-        peers = {j: template for j in (range(P) if messages.peers is None else messages.peers) if j != r}
-        if not peers:  # a rank with no one to talk to still joins the header round
-            self._round({}, {}, {}, phase, lambda _: [])
-            return [template] * P
         built: list[Message] = []
 
         def payload(rows: list[list[int]]) -> list[Message]:
