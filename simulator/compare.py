@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,9 @@ from simulator.validate import batch_rows, launch_factor, record_cell, simulate_
 
 def validate_cells(reports: list[dict[str, Any]], timeline_path: Path, cost_path: Path, cores: int = 2
                    ) -> list[dict[str, Any]]:
-    """Simulate the schemes of `zen train` reports of one workload and world size (one per link rate) on the
-    emulated cluster they ran on: the schedules are recorded once, each launch's CPU factor from its own
-    `none` steps (simulator.validate)."""
+    """Simulate the schemes of `zen train` reports of one workload and world size (one or more launches per link
+    rate) on the emulated cluster they ran on: the schedules are recorded once, each launch's CPU factor from
+    its own `none` steps (simulator.validate), and a cell's repeated launches combined by their median."""
     cfgs = [r["config"] for r in reports]
     if not all(c.get("bandwidth") for c in cfgs):
         raise ValueError("a run was not on the emulated cluster (no --bandwidth): nothing to simulate")
@@ -29,23 +30,34 @@ def validate_cells(reports: list[dict[str, Any]], timeline_path: Path, cost_path
     schemes = sorted({r["scheme"] for rep in reports for r in rep["runs"]})
     rec = record_cell(t, batch_rows(workload, preset, world, seed, step=warmup), schemes,
                       MessageCost.load(cost_path), seed)
-    out = []
+    cells: dict[str, list[dict[str, dict[str, float]]]] = defaultdict(list)
     for rep in reports:
         runs = {r["scheme"]: r["summary"] for r in rep["runs"]}
         if "none" not in runs:
             raise ValueError("the launch has no `none` steps: its CPU factor cannot be measured")
         factor = launch_factor(rec, runs["none"]["iter_s_median"], cores)
         sims = simulate_cell(rec, parse_rate(rep["config"]["bandwidth"]), list(runs), cores, factor)
-        for scheme, s in runs.items():
-            measured, simulated = 1e3 * s["iter_s_median"], 1e3 * sims[scheme].step_s
-            out.append({"workload": workload, "scheme": scheme, "world_size": world,
-                        "bandwidth": rep["config"]["bandwidth"], "measured_ms": measured,
-                        "measured_ms_lo": 1e3 * s["iter_s_p25"], "measured_ms_hi": 1e3 * s["iter_s_p75"],
-                        "simulated_ms": simulated, "error": simulated / measured - 1,
-                        "simulated_comm_busy_ms": 1e3 * max(sims[scheme].comm_busy_s),
-                        "measured_comm_busy_ms": 1e3 * (s.get("comm_busy_s_median") or 0.0),
-                        "cpu_factor": factor, "calibration": scheme == "none", "timeline": t.source})
+        cells[rep["config"]["bandwidth"]].append({scheme: {
+            "measured_ms": 1e3 * s["iter_s_median"], "measured_ms_lo": 1e3 * s["iter_s_p25"],
+            "measured_ms_hi": 1e3 * s["iter_s_p75"], "simulated_ms": 1e3 * sims[scheme].step_s,
+            "simulated_comm_busy_ms": 1e3 * max(sims[scheme].comm_busy_s),
+            "measured_comm_busy_ms": 1e3 * (s.get("comm_busy_s_median") or 0.0), "cpu_factor": factor}
+            for scheme, s in runs.items()})
+    out = []
+    for rate, launches in cells.items():
+        for scheme in sorted({k for launch in launches for k in launch}):
+            row = _median_launch([launch[scheme] for launch in launches if scheme in launch])
+            out.append({"workload": workload, "scheme": scheme, "world_size": world, "bandwidth": rate, **row,
+                        "error": row["simulated_ms"] / row["measured_ms"] - 1, "calibration": scheme == "none",
+                        "timeline": t.source})
     return out
+
+
+def _median_launch(launches: list[dict[str, float]]) -> dict[str, float]:
+    """One scheme's cell over repeated launches: the median of each launch's figures (each simulated with its
+    own CPU factor), so one noisy launch moves neither side; `launches` says how many."""
+    return {k: float(statistics.median(launch[k] for launch in launches)) for k in launches[0]} | {
+        "launches": len(launches)}
 
 
 def reports_from_throughput(path: Path, workload: str, world: int, preset: str = "scaled", seed: int = 0,

@@ -61,7 +61,8 @@ def test_validation_overlay_dry_run(tmp_path):
     jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml", "workflow/config/validation.yaml",
                       "-p", "results/figures/sim_validation.png")
     assert jobs["simulate_validation"] == 2 * 3 * 2, jobs  # lstm, dlrm x 2, 4, 8 ranks x 1, 2.5 Gbit/s
-    assert jobs["train_validation"] == 2 * 3 and jobs["train_workload"] >= 1, jobs
+    # three launches a cell: the 1 Gbit/s cell's own training and two more, and three at 2.5 Gbit/s
+    assert jobs["train_validation"] == 2 * 3 * (2 + 3) and jobs["train_workload"] >= 1, jobs
     assert jobs["measure_timeline"] == 2 and jobs["calibrate_messages"] == 1 and jobs["plot_figure"] == 1, jobs
     assert "simulate_paper" not in jobs and "write_report" not in jobs, jobs
 

@@ -262,3 +262,44 @@ def test_collapsed_rings_take_the_time_of_their_steps() -> None:
     stepwise = engine.simulate(replace(plat, collapse=False), streams)
     assert collapsed.step_s == pytest.approx(stepwise.step_s, rel=1e-4)  # chunks differ by one element
     assert collapsed.messages < stepwise.messages
+
+
+@needs_simgrid
+def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
+    """`validate` with three launches of one cell: one row per scheme and link rate, `launches` 3, measured and
+    simulated each the median of the launches' own (each launch simulated with its own CPU factor; each call
+    records the schemes' local work afresh, so simulated times agree to that timing's noise)."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+
+    from simulator.calibrate import MessageCost
+    from simulator.compare import validate_cells
+
+    timeline = tmp_path / "lstm.json"
+    subprocess.run([sys.executable, "-m", "simulator", "timeline", "--workload", "lstm", "--preset", "scaled",
+                    "--steps", "2", "--out", str(timeline)], check=True, capture_output=True)
+    cost = tmp_path / "cost.json"
+    MessageCost(50e-6, 20e-6, 1e-9, "test").save(cost)
+
+    def launch(none_ms: float, allreduce_ms: float) -> dict:
+        runs = [{"scheme": s, "summary": {"iter_s_median": ms / 1e3, "iter_s_p25": 0.9 * ms / 1e3,
+                                          "iter_s_p75": 1.1 * ms / 1e3}}
+                for s, ms in (("none", none_ms), ("allreduce", allreduce_ms))]
+        return {"config": {"workload": "lstm", "preset": "scaled", "world_size": 2, "seed": 0, "warmup": 3,
+                           "bandwidth": "1gbit"}, "runs": runs}
+
+    launches = [launch(150, 900), launch(160, 1300), launch(140, 880)]
+    alone = [{r["scheme"]: r for r in validate_cells([rep], timeline, cost)} for rep in launches]
+    rows = validate_cells(launches, timeline, cost)
+    assert [(r["scheme"], r["bandwidth"], r["launches"]) for r in rows] == [("allreduce", "1gbit", 3),
+                                                                           ("none", "1gbit", 3)]
+    for row in rows:
+        one = [a[row["scheme"]] for a in alone]
+        for key in ("measured_ms", "measured_ms_lo", "measured_ms_hi", "cpu_factor"):
+            assert row[key] == pytest.approx(statistics.median(r[key] for r in one), rel=1e-12), key
+        assert row["simulated_ms"] == pytest.approx(statistics.median(r["simulated_ms"] for r in one), rel=0.05)
+        assert row["error"] == pytest.approx(row["simulated_ms"] / row["measured_ms"] - 1)
+    assert rows[0]["measured_ms"] == pytest.approx(900)  # the 1300 ms launch moves nothing
+    json.dumps(rows)  # the CSV's rows are plain numbers

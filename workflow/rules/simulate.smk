@@ -14,25 +14,29 @@ def validation_cells():
 
 
 def measured_cell(wildcards):
-    """The pipeline's own training cell when it ran this one (same link rate, every validated scheme), else a
-    launch of its own."""
+    """The cell's launches, `repeats` of them: the pipeline's own training cell when it ran this one (same link
+    rate, every validated scheme), then launches of their own."""
     n, w, b = int(wildcards.world_size), wildcards.workload, wildcards.bandwidth
     trained = n in config["train"]["grid"].get(w, []) and b == emulated_bandwidth()
-    if trained and set(VALIDATION["schemes"]) <= set(config["train"]["schemes"]):
-        return RESULTS + f"/train/{w}/n{n}.json"
-    return RESULTS + f"/validation/train/{w}/n{n}_{b}.json"
+    own = [RESULTS + f"/train/{w}/n{n}.json"] if trained and set(VALIDATION["schemes"]) <= set(
+        config["train"]["schemes"]) else []
+    return own + [RESULTS + f"/validation/train/{w}/n{n}_{b}/launch{k}.json"
+                  for k in range(len(own), VALIDATION.get("repeats", 1))]
 
 
 rule train_validation:
-    """A training cell only the validation needs (another link rate): every scheme in one launch, timed alone."""
+    """A training launch only the validation needs (another link rate, or a repeat): every scheme in one launch,
+    timed alone."""
     input:
         BUILD_STAMP,
     output:
-        RESULTS + "/validation/train/{workload}/n{world_size}_{bandwidth}.json",
+        RESULTS + "/validation/train/{workload}/n{world_size}_{bandwidth}/launch{launch}.json",
     log:
-        LOGS + "/train_validation/{workload}/n{world_size}_{bandwidth}.log",
+        LOGS + "/train_validation/{workload}/n{world_size}_{bandwidth}/launch{launch}.log",
     benchmark:
-        BENCHMARKS + "/train_validation/{workload}/n{world_size}_{bandwidth}.tsv"
+        BENCHMARKS + "/train_validation/{workload}/n{world_size}_{bandwidth}/launch{launch}.tsv"
+    wildcard_constraints:
+        launch=r"\d+",
     threads: workflow.cores  # timed: alone on the machine
     params:
         schemes=csv_list(VALIDATION.get("schemes", [])),
