@@ -21,7 +21,8 @@ back (phase "unfold").
   estimated as M (1 - prod_i (1 - k_i / M)), the union of independent uniform supports; otherwise
   recursive doubling when the largest input stream is at most `small_bytes`, split-allgather above.
   The k_i come from one fixed all-gather (phase "meta", zen.comm.base), so all ranks choose alike,
-  and `predict` makes the same choice from the sizes of the index sets.
+  and `predict` makes the same choice from the sizes of the index sets. `switch_width` makes the switch
+  and the variant decide as if rows were that wide (the simulator records a wide problem narrow).
 
 Bytes a rank receives, with |S| = k (s_i + D s_v) for a sparse stream of k rows and n D s_v for a
 dense one, X_v the stream of vrank v after the fold, n_v the length of range v (payload; each
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 import torch
@@ -72,6 +73,13 @@ VARIANTS = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgath
 def dense_switch(layout: WireLayout, nnz: int, n: int) -> bool:
     """SparCML's dense switch: nnz of n rows cost at least as much sparse as dense."""
     return nnz * layout.coo_row >= n * layout.width * layout.value_bytes
+
+
+def decision_layout(layout: WireLayout, switch_width: int | None) -> WireLayout:
+    """`layout` with the row width SparCML's choices are made at: the true one, or `switch_width`, so that a
+    narrow problem takes exactly the choices of a wide one (simulator/widths.py records SparCML at widths 1
+    and 2 that way: every message's bytes are then affine in the width)."""
+    return layout if switch_width is None else replace(layout, width=switch_width)
 
 
 def split_ranges(rows: int, parts: int) -> list[tuple[int, int]]:
@@ -101,13 +109,19 @@ class StreamOps:
     layout: WireLayout
     index_dtype: torch.dtype
     values_like: torch.Tensor  # (0, D) in the value dtype
+    switch_width: int | None = None  # `SparCML(switch_width=)`: the width the switch decides at
 
     @property
     def width(self) -> int:
         return self.layout.width
 
+    @property
+    def decision(self) -> WireLayout:
+        """The layout the dense switch and the variant are decided on (`decision_layout`)."""
+        return decision_layout(self.layout, self.switch_width)
+
     def switch(self, nnz: int, n: int) -> bool:
-        return dense_switch(self.layout, nnz, n)
+        return dense_switch(self.decision, nnz, n)
 
     def make(self, lo: int, n: int, index: torch.Tensor, values: torch.Tensor) -> Stream:
         if n and self.switch(int(index.numel()), n):
@@ -239,19 +253,20 @@ class Support:
 class Replay:
     """The variants replayed on index sets (StreamOps' switch on row counts), tallying received bytes."""
 
-    def __init__(self, layout: WireLayout):
+    def __init__(self, layout: WireLayout, switch_width: int | None = None):
         self.layout = layout
+        self.decision = decision_layout(layout, switch_width)
         self.got: list[PhaseBytes] = [defaultdict(int) for _ in range(layout.world_size)]
 
     def make(self, lo: int, n: int, rows: torch.Tensor) -> Support:
-        return Support(lo, n, rows, n > 0 and dense_switch(self.layout, int(rows.numel()), n))
+        return Support(lo, n, rows, n > 0 and dense_switch(self.decision, int(rows.numel()), n))
 
     def cut(self, s: Support, lo: int, n: int) -> Support:
         rows = s.rows[(s.rows >= lo) & (s.rows < lo + n)]
         return Support(lo, n, rows, True) if s.dense else self.make(lo, n, rows)
 
     def merge(self, a: Support, b: Support) -> Support:
-        dense = a.dense or b.dense or dense_switch(self.layout, int(a.rows.numel() + b.rows.numel()), a.n)
+        dense = a.dense or b.dense or dense_switch(self.decision, int(a.rows.numel() + b.rows.numel()), a.n)
         return Support(a.lo, a.n, torch.unique(torch.cat([a.rows, b.rows])), dense)
 
     def receive(self, rank: int, phase: str, streams: list[Support]) -> None:
@@ -310,22 +325,25 @@ class SparCML:
     color = "#2ca02c"  # one colour per scheme in every figure (Zen in reds)
     marker = "^"
 
-    def __init__(self, variant: str = "auto", small_bytes: int = 1 << 16):
+    def __init__(self, variant: str = "auto", small_bytes: int = 1 << 16, switch_width: int | None = None):
         if variant not in (*VARIANTS, "auto"):
             raise ZenInputError(f"sparcml variant must be one of {(*VARIANTS, 'auto')}, got {variant!r}")
+        if switch_width is not None and (not isinstance(switch_width, int) or switch_width < 1):
+            raise ZenInputError(f"sparcml switch_width must be a positive int or None, got {switch_width!r}")
         self.variant = variant
         self.small_bytes = small_bytes
+        self.switch_width = switch_width
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         M = grad.num_rows
         layout = WireLayout(comm.world_size, M, grad.row_width, grad.dtype.itemsize, grad.index_dtype().itemsize)
-        ops = StreamOps(layout, grad.index_dtype(), values[:0])
+        ops = StreamOps(layout, grad.index_dtype(), values[:0], self.switch_width)
         variant = self.variant
         if variant == "auto":
             counts = [row[0] for row in comm.all_gather_fixed([stats.nnz], phase="meta")]
-            variant = choose_variant(counts, layout, self.small_bytes)
+            variant = choose_variant(counts, ops.decision, self.small_bytes)
         stats.choice = variant
         fold, r = Fold(comm.world_size), comm.rank
         split = variant != "ssar_recursive_double"
@@ -370,8 +388,9 @@ class SparCML:
             return [{}]
         variant = self.variant
         if variant == "auto":
-            variant = choose_variant([int(s.numel()) for s in sets], layout, self.small_bytes)
-        got = Replay(layout).run(sets, variant)
+            variant = choose_variant([int(s.numel()) for s in sets], decision_layout(layout, self.switch_width),
+                                     self.small_bytes)
+        got = Replay(layout, self.switch_width).run(sets, variant)
         if self.variant == "auto":
             for phases in got:
                 phases["meta"] += gather_meta(P)
@@ -423,7 +442,7 @@ class SparCML:
                                   device=dev)
             ends = torch.searchsorted(stream.index, bounds)
             k = ends.diff()
-            dense = (k * ops.layout.coo_row >= n * ops.width * ops.layout.value_bytes) & (n > 0)
+            dense = (k * ops.decision.coo_row >= n * ops.decision.width * ops.decision.value_bytes) & (n > 0)
             ids, rows = torch.where(dense, 0, k), torch.where(dense, n, k)
         active = torch.tensor(fold.active, device=dev)
         counts = torch.zeros(P, 4, dtype=torch.int64, device=dev)

@@ -159,9 +159,13 @@ def _global(item: Comm, j: int, gpus: int, nodes: int) -> Comm:
                 {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize, group)
 
 
+ZEN_PATHS = {"zen": ("bp", "hc"), "zen-bp": ("bp",), "zen-hc": ("hc",)}
+
+
 def variants(name: str) -> list[tuple[str, dict[str, object]]]:
-    """The recorded variants of a scheme: zen's two paths (its trial picks the faster), else the scheme."""
-    return [("zen", {"choice": "bp"}), ("zen", {"choice": "hc"})] if name == "zen" else [(name, {})]
+    """The recorded variants of a scheme: zen's paths as zen runs them with `choice` fixed (both for `zen`, whose
+    trial picks the faster; one for zen-bp and zen-hc, so BP and HC can be told apart), else the scheme."""
+    return [("zen", {"choice": c}) for c in ZEN_PATHS[name]] if name in ZEN_PATHS else [(name, {})]
 
 
 def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
@@ -200,14 +204,16 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
     return out
 
 
-def model_comm(workload: str, profile: Path, scheme: str, nodes: int, gpus: int, nic_bps: float, rows: int) -> float:
-    """The closed-form cluster model (harness.bench.cluster, `zen cluster`) on the same trace and sizes: the
-    simulator's analytical check (no overlap with backward, no contention between the GPUs' shards)."""
-    from harness.bench.cluster import Cluster, load_profile, step_time
+def model_comm(workload: str, profile: tuple[list[dict], list[list[torch.Tensor]], int], scheme: str, nodes: int,
+               gpus: int, nic_bps: float, rows: int) -> float:
+    """The closed-form cluster model (harness.bench.cluster, `zen cluster`) on the same trace (`load_profile`'s
+    triple, loaded once) and sizes: the simulator's analytical check (no overlap with backward, no contention
+    between the GPUs' shards)."""
+    from harness.bench.cluster import Cluster, step_time
 
     s = SETTINGS[workload]
     width = paper_width(s, rows)
-    params, sets, _ = load_profile(profile)
+    params, sets, _ = profile
     params = [{**p, "width": width} for p in params]
     cl = Cluster(nodes, gpus, nic_bps, NVLINK_BPS, V100_HASH_RATE)
     return step_time(scheme, params, sets, int(s.dense_params), cl)["comm_s"]
@@ -217,7 +223,10 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
           ) -> list[dict[str, object]]:
     """CSV rows: every scheme's simulated step at every machine count and NIC rate, with Zen's speedups over
     it (throughput, and exposed communication) and the analytical model's communication time beside."""
+    from harness.bench.cluster import load_profile
+
     rows, sets = load_sets(profile / "traces.pt")
+    model = load_profile(profile)
     s = SETTINGS[workload]
     out: list[dict[str, object]] = []
     for nodes in node_counts:
@@ -233,7 +242,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
                             "samples_per_s": nodes * gpus * s.batch / r.step_s,
                             "zen_speedup": r.step_s / zen,
                             "zen_comm_speedup": exposed / (zen - base) if zen > base else float("nan"),
-                            "model_comm_ms": 1e3 * model_comm(workload, profile, name, nodes, gpus, rate, rows),
+                            "model_comm_ms": 1e3 * model_comm(workload, model, name, nodes, gpus, rate, rows),
                             "messages": r.messages, "timeline": roofline(s).source,
                             "width": paper_width(s, rows), "rows": rows})
     return out

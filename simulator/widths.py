@@ -11,8 +11,10 @@ its rows' values (rows x width x value bytes), their ids, bitmaps or block offse
   element (row r, column c) falls in block floor((r w + c) / 256) = floor((r w' + floor(c / g)) / b'), so the
   same blocks are non-zero, their offset words are the same, and only the values scale, by g: recordings at
   (w / g, block 256 / g) and (2 w / g, 512 / g) give the paper's (w, 256) exactly (g = gcd(w, 256) >= 4);
-- every other scheme (SparCML, whose variant and dense switch compare row bytes with id bytes) is recorded at
-  its true width.
+- SparCML's variant and dense switch compare row bytes with id bytes, so its choices do depend on the width;
+  recorded at widths 1 and 2 with `switch_width` set to the true width, it takes the true width's choices,
+  and its bytes are affine again (this is what keeps a 1,024-GPU recording inside this machine's memory);
+- every other scheme is recorded at its true width.
 
 `plan` says which; tests/test_simulator.py holds each plan's extrapolation against an exact recording.
 """
@@ -49,6 +51,9 @@ def plan(scheme: str, width: int, options: dict[str, Any]) -> Plan | None:
     """How to record `scheme` at `width` from two narrower recordings; None: record it at `width`."""
     if scheme in AFFINE and width > 2:
         return Plan((1, 2), (options, options), width)
+    if scheme == "sparcml" and width > 2 and options.get("switch_width") is None:
+        decide = {**options, "switch_width": width}
+        return Plan((1, 2), (decide, decide), width)
     g = gcd(width, OMNI_BLOCK)
     if scheme == "omnireduce" and "block_size" not in options and g >= 4:
         blocks = ({"block_size": OMNI_BLOCK // g}, {"block_size": 2 * OMNI_BLOCK // g})

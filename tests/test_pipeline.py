@@ -22,7 +22,7 @@ import figures  # noqa: E402
 import report  # noqa: E402
 
 SCHEMES = ["allreduce", "agsparse", "sparcml", "zen"]
-SIMULATOR_FIGURES = {"sim_validation", "sim_paper"}
+SIMULATOR_FIGURES = {"sim_validation", "sim_paper", "sim_beyond"}
 
 
 def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
@@ -73,6 +73,17 @@ def test_paper_config_dry_run_with_slurm_profile(tmp_path):
     assert jobs == {"build_kernels": 1, "train_workload": 1, "total": 2}
     assert "nodes=4" in plan and "gres=gpu:8" in plan and "tasks_per_gpu" not in plan
     assert "srun --nodes=4 --ntasks-per-node=1" in plan and "--nnodes=4 --nproc-per-node=8" in plan
+
+
+def test_beyond_the_paper_dry_run(tmp_path):
+    """The paper config's `simulator.beyond`: a 1,024-worker trace of its own, one simulation per workload, one
+    figure; nothing of the paper-scale grid or the emulated cluster comes with it."""
+    jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/paper.yaml", "-p",
+                         "results/figures/sim_beyond.png")
+    assert {k: jobs.get(k) for k in ("profile_beyond", "simulate_paper", "aggregate_paper_sim", "plot_figure")} \
+        == {"profile_beyond": 1, "simulate_paper": 1, "aggregate_paper_sim": 1, "plot_figure": 1}, jobs
+    assert "--workers 1024" in plan and "--nodes 16,32,64,128" in plan and "--bandwidth 400gbit" in plan
+    assert "zen-bp,zen-hc" in plan and "train_workload" not in jobs, jobs
 
 
 @pytest.mark.parametrize("name", ["default", "paper"])

@@ -222,7 +222,8 @@ def _record_coo(scheme: str, ids: list[torch.Tensor], rows: int, width: int, **o
 
 
 @pytest.mark.parametrize("scheme,options", [("agsparse", {}), ("sparse_ps", {}), ("zen", {"choice": "bp"}),
-                                            ("zen", {"choice": "hc"}), ("omnireduce", {})])
+                                            ("zen", {"choice": "hc"}), ("omnireduce", {}), ("sparcml", {}),
+                                            ("sparcml", {"variant": "ssar_recursive_double"})])
 def test_narrow_recordings_extrapolate_to_the_exact_schedule(scheme: str, options: dict) -> None:
     """Where simulator.widths has a plan, the two narrow recordings' line gives, message by message, exactly the
     bytes a recording at the true width moves (here width 48 over 4 ranks; OmniReduce at blocks 256: its plan
@@ -239,10 +240,28 @@ def test_narrow_recordings_extrapolate_to_the_exact_schedule(scheme: str, option
     assert extrapolate(narrow, wider, how.target) == _record_coo(scheme, ids, rows, width, **options)
 
 
+@pytest.mark.parametrize("variant", ["auto", "ssar_recursive_double"])
+def test_sparcml_recorded_narrow_takes_the_wide_problems_dense_switch(variant: str) -> None:
+    """Inputs dense enough that SparCML's streams turn dense at width 48 but at other points at width 1: without
+    `switch_width` the narrow recordings would choose differently; with it their line is exactly width 48's."""
+    from simulator.widths import extrapolate, plan
+
+    gen = torch.Generator().manual_seed(5)
+    rows, width = 700, 48
+    ids = [torch.randperm(rows, generator=gen)[:k].sort().values for k in (420, 690, 380, 650)]
+    exact = _record_coo("sparcml", ids, rows, width, variant=variant)
+    assert _record_coo("sparcml", ids, rows, 1, variant=variant) != _record_coo(
+        "sparcml", ids, rows, 1, variant=variant, switch_width=width)
+    how = plan("sparcml", width, {"variant": variant})
+    assert how is not None
+    narrow, wider = (_record_coo("sparcml", ids, rows, w, **o) for w, o in zip(how.widths, how.options, strict=True))
+    assert extrapolate(narrow, wider, how.target) == exact
+
+
 def test_width_dependent_schemes_are_recorded_at_their_width() -> None:
     from simulator.widths import plan
 
-    assert plan("sparcml", 1128, {}) is None  # its dense switch compares row bytes with id bytes
+    assert plan("sparcml", 1128, {"switch_width": 64}) is None  # told to decide at another width: recorded as is
     assert plan("omnireduce", 958, {}) is None  # gcd(958, 256) = 2: no cheaper exact recording
     assert plan("omnireduce", 1128, {"block_size": 64}) is None
     assert plan("unknown-scheme", 1128, {}) is None  # a new scheme is recorded exactly until shown otherwise

@@ -23,6 +23,8 @@ if validation_cells():
     FIGURE_INPUTS["sim_validation"] = [AGG + "/sim_validation.csv"]
 if PAPER_SIM.get("workloads"):
     FIGURE_INPUTS["sim_paper"] = [AGG + "/sim_paper.csv"]
+if SIM_SETTINGS["beyond"].get("workloads"):
+    FIGURE_INPUTS["sim_beyond"] = [AGG + "/sim_beyond.csv"]
 
 
 rule plot_figure:

@@ -110,22 +110,56 @@ rule aggregate_validation:
         "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"
 
 
-rule simulate_paper:
-    """Figs 11, 12, 15 at the paper's scale from a paper-density trace (the at-scale profile)."""
-    input:
-        RESULTS + "/" + UNION_PROFILE + "/{workload}/traces.pt",
+SIM_SETTINGS = {"paper": PAPER_SIM, "beyond": SIM.get("beyond") or {}}
+
+
+def sim_trace_folder(wildcards):
+    """The trace a setting simulates: the at-scale profile (128 workers) for the paper's, one of its own for
+    `beyond` (as many workers as GPUs)."""
+    if wildcards.setting == "beyond":
+        return f"{RESULTS}/profile_beyond/{wildcards.workload}"
+    return f"{RESULTS}/{UNION_PROFILE}/{wildcards.workload}"
+
+
+rule profile_beyond:
+    """The trace of `simulator.beyond`: `workers` workers from their batches' ids (13 minutes for DeepFM's
+    1,024 on 2 cores), the first and last checked against a backward pass."""
     output:
-        RESULTS + "/sim/paper/{workload}.csv",
+        expand(RESULTS + "/profile_beyond/{{workload}}/{name}", name=PROFILE_FILES),
     log:
-        LOGS + "/simulate_paper/{workload}.log",
+        LOGS + "/profile_beyond/{workload}.log",
     benchmark:
-        BENCHMARKS + "/simulate_paper/{workload}.tsv"
+        BENCHMARKS + "/profile_beyond/{workload}.tsv"
     params:
-        folder=lambda wildcards: f"{RESULTS}/{UNION_PROFILE}/{wildcards.workload}",
-        nodes=csv_list(PAPER_SIM.get("nodes", [16])),
-        gpus=PAPER_SIM.get("gpus_per_node", 8),
-        rates=" ".join(f"--bandwidth {b}" for b in PAPER_SIM.get("bandwidths", ["25gbit"])),
-        schemes=csv_list(PAPER_SIM.get("schemes", [])),
+        preset=SIM_SETTINGS["beyond"].get("preset"),
+        workers=SIM_SETTINGS["beyond"].get("workers"),
+        seed=config["seed"],
+        out=lambda wildcards: f"{RESULTS}/profile_beyond/{wildcards.workload}",
+    shell:
+        "{ZEN} profile --workload {wildcards.workload} --preset {params.preset} --workers {params.workers}"
+        " --steps 2 --seed {params.seed} --rows-from ids --out {params.out} > {log} 2>&1"
+
+
+rule simulate_paper:
+    """The paper's cluster simulated from a paper-density trace: Figs 11, 12, 15 (`paper`, the at-scale
+    profile), or beyond its scale (`beyond`: more machines, faster NICs, BP and HC apart)."""
+    input:
+        lambda wildcards: sim_trace_folder(wildcards) + "/traces.pt",
+    output:
+        RESULTS + "/sim/{setting}/{workload}.csv",
+    log:
+        LOGS + "/simulate_{setting}/{workload}.log",
+    benchmark:
+        BENCHMARKS + "/simulate_{setting}/{workload}.tsv"
+    wildcard_constraints:
+        setting="paper|beyond",
+    params:
+        folder=sim_trace_folder,
+        nodes=lambda wildcards: csv_list(SIM_SETTINGS[wildcards.setting].get("nodes", [16])),
+        gpus=lambda wildcards: SIM_SETTINGS[wildcards.setting].get("gpus_per_node", 8),
+        rates=lambda wildcards: " ".join(
+            f"--bandwidth {b}" for b in SIM_SETTINGS[wildcards.setting].get("bandwidths", ["25gbit"])),
+        schemes=lambda wildcards: csv_list(SIM_SETTINGS[wildcards.setting].get("schemes", [])),
     shell:
         "{PY} -m simulator paper --profile {params.folder} --workload {wildcards.workload} --nodes {params.nodes}"
         " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --csv {output} > {log} 2>&1"
@@ -133,12 +167,15 @@ rule simulate_paper:
 
 rule aggregate_paper_sim:
     input:
-        expand(RESULTS + "/sim/paper/{workload}.csv", workload=PAPER_SIM.get("workloads", [])),
+        lambda wildcards: expand(RESULTS + "/sim/{setting}/{workload}.csv", setting=wildcards.setting,
+                                 workload=SIM_SETTINGS[wildcards.setting].get("workloads", [])),
     output:
-        AGG + "/sim_paper.csv",
+        AGG + "/sim_{setting}.csv",
     log:
-        LOGS + "/aggregate_paper_sim.log",
+        LOGS + "/aggregate_sim_{setting}.log",
     benchmark:
-        BENCHMARKS + "/aggregate_paper_sim.tsv"
+        BENCHMARKS + "/aggregate_sim_{setting}.tsv"
+    wildcard_constraints:
+        setting="paper|beyond",
     shell:
         "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"

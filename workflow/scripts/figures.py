@@ -508,6 +508,38 @@ def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     return fig, data
 
 
+def sim_beyond(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Beyond the paper: simulated throughput vs machines per NIC rate, every scheme with BP and HC apart, and
+    where BP overtakes HC (HC's step over BP's crosses 1)."""
+    df = frames[0]
+    data = df[["workload", "scheme", "nodes", "gpus_per_node", "world_size", "bandwidth_gbps", "samples_per_s",
+               "step_ms", "exposed_comm_ms", "zen_speedup"]]
+    cells = list(data.groupby(["workload", "bandwidth_gbps"], sort=True))
+    fig, axes = _panels(len(cells) + 1)
+    for ax, ((workload, rate), cell) in zip(axes, cells, strict=False):
+        for scheme, line in cell.groupby("scheme", sort=True):
+            ax.plot(line["world_size"], line["samples_per_s"], "o-", label=label(scheme), color=color(scheme))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPUs (8 per machine)")
+        ax.set_ylabel("samples/s (simulated)")
+        ax.set_title(f"{workload}, {rate:g} Gbps")
+        ax.grid(alpha=0.3)
+    ratio = axes[-1]
+    steps = data.pivot_table(index=["workload", "bandwidth_gbps", "world_size"], columns="scheme", values="step_ms")
+    if {"zen-bp", "zen-hc"} <= set(steps.columns):
+        for (workload, rate), cell in (steps["zen-hc"] / steps["zen-bp"]).groupby(level=[0, 1]):
+            ratio.plot(cell.index.get_level_values(2), cell.values, "o-", label=f"{workload}, {rate:g} Gbps")
+        ratio.axhline(1.0, color="grey", lw=0.8)
+        ratio.set_xscale("log", base=2)
+        ratio.legend(fontsize=7)
+    ratio.set_xlabel("GPUs (8 per machine)")
+    ratio.set_ylabel("HC step / BP step (> 1: BP faster)")
+    ratio.set_title("BP against HC")
+    ratio.grid(alpha=0.3)
+    _legend(fig, axes[:-1])
+    return fig, data
+
+
 FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {
     "microbench_sim": microbench_sim,
     "microbench_real": microbench_real,
@@ -525,6 +557,7 @@ FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame
     "fig13_compressed_loss": fig13_compressed_loss,
     "sim_validation": sim_validation,
     "sim_paper": sim_paper,
+    "sim_beyond": sim_beyond,
 }
 
 
