@@ -181,25 +181,27 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
         raise ValueError(f"the trace has {len(sets)} workers, fewer than {world} GPUs")
     shards = node_shards(sets[:world], nodes, gpus, rows) if nodes > 1 else None
     dense = [[Comm("all_reduce", "dense", nbytes=4 * int(s.dense_params))] for _ in range(world)]
-    jobs: list[tuple[str, Calls | None]] = [("none", None)]
+    jobs: dict[tuple, Calls | None] = {("none",): None}  # one recording and simulation per variant
+    paths: dict[str, list[tuple]] = {"none": [("none",)]}
     for name in schemes:
         for scheme, options in variants(name):
+            key = (scheme, *sorted(options.items()))
+            paths.setdefault(name, []).append(key)
+            if key in jobs:  # zen's paths again for zen-bp or zen-hc
+                continue
             if make_scheme(scheme, **options).sparse_input:
                 cross = record_cross(scheme, shards, rows, width, **options) if shards is not None else None
                 emb = embedding_calls(cross, nodes, gpus, rows, width)
             else:
                 emb = [[Comm("all_reduce", "emb", nbytes=4 * rows * width)] for _ in range(world)]
-            jobs.append((name, {(0, 0): dense, (1, 0): emb}))
+            jobs[key] = {(0, 0): dense, (1, 0): emb}
     streams = [step_streams("none", world, t) if calls is None else step_streams("hook", world, t, calls, lanes=1)
-               for _, calls in jobs]
+               for calls in jobs.values()]
     out: dict[float, dict[str, StepResult]] = {}
     for rate in rates:
         plat = platform.gpu_cluster(nodes, gpus, rate, NVLINK_BPS, latency_s)
-        results = engine.simulate_many([(plat, st) for st in streams])
-        best: dict[str, StepResult] = {}
-        for (name, _), res in zip(jobs, results, strict=True):
-            if name not in best or res.step_s < best[name].step_s:
-                best[name] = res
+        results = dict(zip(jobs, engine.simulate_many([(plat, st) for st in streams]), strict=True))
+        best = {name: min((results[k] for k in keys), key=lambda r: r.step_s) for name, keys in paths.items()}
         out[rate] = best
     return out
 

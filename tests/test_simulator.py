@@ -322,3 +322,18 @@ def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
         assert row["error"] == pytest.approx(row["simulated_ms"] / row["measured_ms"] - 1)
     assert rows[0]["measured_ms"] == pytest.approx(900)  # the 1300 ms launch moves nothing
     json.dumps(rows)  # the CSV's rows are plain numbers
+
+
+@needs_simgrid
+def test_paper_setting_records_each_zen_path_once_and_zen_takes_the_faster() -> None:
+    """`simulator paper` on 2 machines x 2 GPUs: zen, zen-bp and zen-hc share two recordings (BP, HC), zen's step
+    is the shorter of the two, and every scheme's step is at least the compute alone."""
+    from simulator.paper import simulate
+
+    gen = torch.Generator().manual_seed(1)
+    rows = 4000
+    sets = [torch.randperm(rows, generator=gen)[:120].sort().values for _ in range(4)]
+    got = simulate("dlrm", sets, rows, 2, 2, [25e9], ["allreduce", "zen", "zen-bp", "zen-hc"])[25e9]
+    assert set(got) == {"none", "allreduce", "zen", "zen-bp", "zen-hc"}
+    assert got["zen"].step_s == min(got["zen-bp"].step_s, got["zen-hc"].step_s)
+    assert all(r.step_s >= got["none"].step_s for r in got.values())
