@@ -381,3 +381,18 @@ def test_gitignore_tracks_the_figures_and_nothing_else_of_results():
     for path in ("results/aggregate/training.csv", "results/train/lstm/n2.json", "results/figures/x.log",
                  "results/wandb/run/x.csv", "results/logs/plot_figure/fig2_overlap.log"):
         assert ignored(path), path
+
+
+def test_beyond_figure_draws_every_rate_and_bp_against_hc():
+    """`sim_beyond` from `simulator paper` rows: one panel per workload and NIC rate, and HC's step over BP's per
+    rate (the CSV is what is drawn)."""
+    rows = [{"workload": "dlrm", "scheme": s, "nodes": n, "gpus_per_node": 8, "world_size": 8 * n,
+             "bandwidth_gbps": rate, "samples_per_s": 1e6 / ms, "step_ms": ms, "exposed_comm_ms": ms - 1.0,
+             "zen_speedup": 1.0}
+            for n in (16, 32) for rate in (25.0, 400.0)
+            for s, ms in (("allreduce", 500.0 / n), ("zen", 200.0), ("zen-bp", 200.0), ("zen-hc", 150.0 * n / 16))]
+    fig, data = figures.FIGURES["sim_beyond"]([pd.DataFrame(rows)])
+    assert len(fig.axes) >= 3 and len(data) == len(rows)
+    ratio = fig.axes[2]
+    assert len(ratio.lines) == 3  # a line per rate, and 1.0
+    assert list(ratio.lines[0].get_ydata()) == pytest.approx([0.75, 1.5])  # HC faster at 16 machines, BP at 32
