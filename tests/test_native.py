@@ -161,6 +161,43 @@ def test_hash_bitmap_encode_decode_scatter(ext: ModuleType, dtype: torch.dtype) 
                 assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
 
 
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: torch.dtype) -> None:
+    """BP's one-pass CPU pull == every server's message decoded, then fill_sum, bit for bit: 1 to 8 servers,
+    M not a multiple of 64 (a partial last word) or of the 1 KB staging block, widths 1, 3 and 700 (a block
+    of one word), empty, sparse and full partitions, a message's padding bits set, and the mean."""
+    g = torch.Generator().manual_seed(17)
+    for M, D in ((1, 1), (63, 1), (64, 3), (257, 1), (5000, 1), (4097, 3), (300, 700)):
+        for n in (1, 3, 4, 8):
+            dense = torch.zeros(M, D, dtype=dtype)
+            mask = torch.rand(M, generator=g) < (0.0, 0.05, 1.0)[(M + n) % 3]
+            dense[mask] = torch.randn(int(mask.sum()), D, generator=g).to(dtype)
+            members, offsets = hashing.server_rows(M, n, _family(), dense.device)
+            messages = [HASH_BITMAP.encode(dense, members[offsets[j] : offsets[j + 1]], torch.int32)[0]
+                        for j in range(n)]
+            for j, (payload, _) in enumerate(messages):  # bits past a server's last member are not rows
+                if 8 * payload.numel() > offsets[j + 1] - offsets[j]:
+                    payload[-1] |= 0x80
+            sets = [(HASH_BITMAP.decode(p, members[offsets[j] : offsets[j + 1]], M), v)
+                    for j, (p, v) in enumerate(messages)]
+            bits = hashing.server_bits(M, n, _family(), dense.device)
+            for divisor in (1, 3) if dtype in (torch.float32, torch.float64) else (1,):
+                want, got = torch.empty(M, D, dtype=dtype), torch.full((M, D), 9.0, dtype=dtype)
+                assert native.fill_sum(want, sets, divisor)
+                assert native.fill_hash_bitmap(got, messages, bits, divisor)
+                assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (M, D, n, divisor)
+    bits = hashing.server_bits(100, 2, _family(), torch.device("cpu"))
+    members, offsets = hashing.server_rows(100, 2, _family(), torch.device("cpu"))
+    ones = torch.ones(100, 1)
+    messages = [HASH_BITMAP.encode(ones, members[offsets[j] : offsets[j + 1]], torch.int32)[0] for j in range(2)]
+    with pytest.raises(RuntimeError, match="values for"):  # a message with a row too few
+        ext.fill_hash_bitmap(torch.empty(100, 1), [p for p, _ in messages], [messages[0][1], messages[1][1][1:]],
+                             bits, 1)
+    with pytest.raises(RuntimeError, match="does not match"):  # a payload of the wrong size
+        ext.fill_hash_bitmap(torch.empty(100, 1), [messages[0][0][1:], messages[1][0]], [v for _, v in messages],
+                             bits, 1)
+
+
 def test_decode_ignores_padding_bits(ext: ModuleType) -> None:
     members = torch.arange(11, dtype=torch.int32)
     payload = torch.tensor([0b10000001, 0xFF], dtype=torch.uint8)  # bits 11..15 lie past the 11 members

@@ -167,6 +167,26 @@ def server_rows(
     return _server_rows_cached(num_rows, n, family.seed, str(device))
 
 
+@lru_cache(maxsize=4)
+def _server_bits_cached(num_rows: int, n: int, seed: int, device: str) -> torch.Tensor:
+    members, offsets = _server_rows_cached(num_rows, n, seed, device)
+    words = -(-num_rows // 64)
+    packed = torch.zeros(n, words * 8, dtype=torch.uint8, device=device)
+    for j in range(n):
+        mine = members[offsets[j] : offsets[j + 1]].long()
+        packed[j, : -(-num_rows // 8)] = set_bits(mine, num_rows)
+    return packed.view(torch.int64)  # little-endian: bit b of word w is row 64 w + b
+
+
+def server_bits(num_rows: int, n: int, family: HashFamily, device: torch.device) -> torch.Tensor:
+    """Every S_j as membership words, (n, ceil(M / 64)) int64: bit b of word w of row j is set iff row 64 w + b
+    has h0 = j. n M / 8 bytes, built once per tensor size: what a CPU pull decodes every server's hash bitmap
+    with in one pass over the output, instead of reading S_j's member lists (4 bytes a row)."""
+    if num_rows >= MAX_ROWS:
+        raise ValueError(f"tensors with >= 2^32 rows are not supported (got {num_rows})")
+    return _server_bits_cached(num_rows, n, family.seed, str(device))
+
+
 def _popcount_below_table() -> torch.Tensor:
     """BELOW[8 * byte + k] = number of set bits of `byte` below bit k (2048 entries)."""
     return torch.tensor([bin(v & ((1 << k) - 1)).count("1") for v in range(256) for k in range(8)],

@@ -53,6 +53,11 @@ class Output:
         `disjoint`: no id is in two sets). Nothing else the scheme wrote counts."""
         raise NotImplementedError
 
+    def write_bitmaps(self, messages: list[tuple[torch.Tensor, torch.Tensor]], bits: torch.Tensor) -> bool:
+        """`write` of every server's hash-bitmap message (payload over S_j, values), decoded on the way;
+        `bits`: hashing.server_bits. False where this output cannot (the caller decodes and writes)."""
+        return False
+
 
 class DenseOutput(Output):
     """A dense result tensor seen as (M, D) rows; `grad` is the input when the result overwrites it (in place)."""
@@ -105,6 +110,19 @@ class DenseOutput(Output):
         else:
             self._scatter(sets, divide=False)
 
+    def write_bitmaps(self, messages: list[tuple[torch.Tensor, torch.Tensor]], bits: torch.Tensor) -> bool:
+        """The native pass decodes and streams every server's rows at once (disjoint partitions), unless
+        in place with few rows touched, where `write`'s scatter of the decoded rows is cheaper."""
+        if self.in_place:
+            assert self.grad is not None
+            touched = self.grad.nnz + sum(int(values.shape[0]) for _, values in messages)
+            if self._few(touched):
+                return False
+        if not native.fill_hash_bitmap(self.out, messages, bits, self.divisor):
+            return False
+        self.divided = self.divisor != 1
+        return True
+
     def write_shards(self, shards: list[RowSet]) -> None:
         """`write` of the k disjoint row sets of k interleaved shards, shard j's id i standing for row
         i * k + j (zen.twolevel): streamed from the shard ids as they came, without mapping them first."""
@@ -120,7 +138,9 @@ class DenseOutput(Output):
         """Whether scattering beats streaming all M rows (measured on one core: 100k x 128 fp32 rows, 5% of
         them in four sets: 2.1 vs 5.2 ms; 840k x 16 rows at 2%: 4.7 vs 6.1 ms; 2^24 x 1 at 0.5%: 1.4 vs 4.8 ms)."""
         assert self.grad is not None
-        touched = self.grad.nnz + sum(int(index.numel()) for index, _ in sets)
+        return self._few(self.grad.nnz + sum(int(index.numel()) for index, _ in sets))
+
+    def _few(self, touched: int) -> bool:
         wide = self.out.shape[1] * self.out.element_size() >= 256
         return touched * (32 if wide else 256) <= self.out.shape[0]
 

@@ -10,7 +10,7 @@ from zen.costmodel import Prediction, Sparsity
 from zen.device import accelerated
 from zen.encodings import PullMessage, get_encoding, nonzero_rows
 from zen.grad import LocalGrad
-from zen.hashing import HashFamily, hierarchical_hash, server_ranks, server_rows
+from zen.hashing import HashFamily, hierarchical_hash, server_bits, server_ranks, server_rows
 from zen.output import Output
 from zen.registry import register_scheme
 from zen.rows import add_messages, add_rows, take_rows
@@ -19,6 +19,9 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 # compact path when received ids <= |S_r| / 3: on one CPU thread at 6.9M elements the compact sum and encode
 # win up to between |S_r| / 3 and |S_r| / 2, at row widths 1 and 32 (scripts/bp_server_paths.py)
 COMPACT_RATIO = 3
+# the one-pass CPU pull (Output.write_bitmaps) up to this many servers: it keeps n M / 8 bytes of membership
+# words per tensor size and reads them all each call, where the decode reads the members of the set bits only
+BITS_SERVERS = 8
 
 
 def _compact_sum(received: list[PullMessage], width: int) -> PullMessage:
@@ -108,6 +111,9 @@ class BalancedParallelism:
         decode, M = self.encoding.decode, grad.num_rows
         gathered = comm.all_gather_v(message, phase="pull")
         if not accelerated(grad.device) or out.rows_wanted:
+            if (self.encoding.decodes_in_place and n <= BITS_SERVERS
+                    and out.write_bitmaps(gathered, server_bits(M, n, family, grad.device))):
+                return  # every partition decoded on the way out, in one pass over the output
             sets = [(decode(payload, members[offsets[j] : offsets[j + 1]], M), values)
                     if j != r or own is None else own for j, (payload, values) in enumerate(gathered)]
             out.write(sets, disjoint=True)  # partitions are disjoint: each row is 0 + its sum, exactly the sum

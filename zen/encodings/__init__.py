@@ -34,6 +34,7 @@ class Encoding(ABC):
     from the rows themselves), how it is decoded, and what it costs on the wire."""
 
     name: str
+    decodes_in_place = False  # whether Output.write_bitmaps can take this encoding's messages as they came
 
     def encode(self, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype) -> tuple[PullMessage, int]:
         """Encode the server's aggregated rows `out[members]`; returns (message, non-zero row count)."""

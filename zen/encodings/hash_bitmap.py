@@ -14,6 +14,8 @@ from zen.types import WireLayout
 
 @register_encoding("hash_bitmap")
 class HashBitmap(Encoding):
+    decodes_in_place = True
+
     def encode(self, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype) -> tuple[PullMessage, int]:
         if (fast := native.encode_hash_bitmap(out, members)) is not None:
             return fast, int(fast[1].shape[0])

@@ -216,6 +216,21 @@ def fill_sum(out: torch.Tensor, sets: list[tuple[torch.Tensor, torch.Tensor]], d
     return True
 
 
+def fill_hash_bitmap(out: torch.Tensor, messages: list[tuple[torch.Tensor, torch.Tensor]], bits: torch.Tensor,
+                     divisor: int = 1) -> bool:
+    """out := every server's hash-bitmap message (payload over S_j, values) decoded, in one streaming pass,
+    divided by `divisor` (fp32 / fp64 only); `bits` (n, ceil(M / 64)) int64 says which rows each S_j holds
+    (hashing.server_bits). False when the native path does not apply."""
+    if divisor != 1 and out.dtype not in (torch.float32, torch.float64):
+        return False
+    if (out.dim() != 2 or not out.is_contiguous() or out.dtype not in VALUE_DTYPES or out.device.type != "cpu"
+            or any(p.dtype != torch.uint8 or v.dtype != out.dtype for p, v in messages)
+            or (ext := get(out.device)) is None):
+        return False
+    ext.fill_hash_bitmap(out, [p for p, _ in messages], [v for _, v in messages], bits, divisor)
+    return True
+
+
 def split_interleaved(ids: torch.Tensor, values: torch.Tensor, k: int
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """(offsets[k + 1], shard ids, rows): row id r to interleaved shard r % k as r // k, shard s's rows at

@@ -1,7 +1,8 @@
 // CPU kernels (ATen + at::parallel_for) for the hot paths of Zen: non-zero row extraction, hierarchical
 // hashing (paper section 3, Algorithm 1), S_j = the rows h0 maps to each server, the hash-bitmap pull
-// encoding (section 4, Algorithm 2), and the row-set work around them: HC's merge of two sorted unions,
-// a checked scatter, and the streamed write of a dense result; the gap coding of HC's ids; and a
+// encoding (section 4, Algorithm 2) and BP's pull decoded straight into the dense result, and the row-set
+// work around them: HC's merge of two sorted unions, a checked scatter, and the streamed write of a dense
+// result; the gap coding of HC's ids; and a
 // sparsifier's threshold sweep.
 //
 // Values are tested ("!= 0" as "any magnitude bit set") and copied on their raw bits, so those kernels are
@@ -1078,6 +1079,230 @@ void fill_sum(Tensor& out, const std::vector<Tensor>& ids_in, const std::vector<
 #endif
 }
 
+// BP's pull on the CPU, decoded and written in one pass (paper section 4, Algorithm 2's decode fused with the
+// write): out := the rows of every server's hash-bitmap message (payload j over S_j, values j in S_j's order),
+// S_j given as membership words (bit b of bits[j][w] set iff row 64w + b is in S_j). The servers' rows are
+// disjoint, so each row is 0 + its value (then / divisor), exactly what fill_sum writes from the decoded
+// sets; but no row id is materialised and S_j's member list (4 bytes a row) is never read: a word of 64 rows
+// consumes popcount(bits[j][w]) payload bits of each server j, and the set ones land on its members (pdep).
+
+// The bits of x deposited, in order, on the set bits of m (BMI2's pdep where the CPU has it).
+inline uint64_t deposit_bits(uint64_t x, uint64_t m) {
+#if defined(__BMI2__)
+  return _pdep_u64(x, m);
+#else
+  uint64_t r = 0;
+  for (uint64_t b = 1; m; b <<= 1, m &= m - 1)
+    if (x & b) r |= m & (~m + 1);
+  return r;
+#endif
+}
+
+// Bits [at, at + k) of a little-endian bit stream of `nbytes` bytes, 1 <= k <= 64 and at + k <= 8 * nbytes.
+inline uint64_t take_bits(const uint8_t* bytes, int64_t nbytes, int64_t at, int k) {
+  const int64_t B = at >> 3;
+  const int shift = static_cast<int>(at & 7);
+  uint64_t lo = 0, hi = 0;
+  if (B + 9 <= nbytes) {
+    std::memcpy(&lo, bytes + B, 8);
+    hi = bytes[B + 8];
+  } else {
+    for (int64_t i = B; i < nbytes && i < B + 8; ++i) lo |= uint64_t{bytes[i]} << (8 * (i - B));
+    if (B + 8 < nbytes) hi = bytes[B + 8];
+  }
+  const uint64_t x = shift ? (lo >> shift) | (hi << (64 - shift)) : lo;
+  return k == 64 ? x : x & ((uint64_t{1} << k) - 1);
+}
+
+// Set bits in bit positions [from, to) of a little-endian bit stream.
+inline int64_t popcount_range(const uint8_t* bytes, int64_t from, int64_t to) {
+  int64_t count = 0;
+  while (from < to && (from & 63)) {
+    const int k = static_cast<int>(std::min<int64_t>(to - from, 64 - (from & 63)));
+    count += __builtin_popcountll(take_bits(bytes, (to + 7) / 8, from, k));
+    from += k;
+  }
+  for (; from + 64 <= to; from += 64) {
+    uint64_t w;
+    std::memcpy(&w, bytes + (from >> 3), 8);
+    count += __builtin_popcountll(w);
+  }
+  if (from < to) count += __builtin_popcountll(take_bits(bytes, (to + 7) / 8, from, static_cast<int>(to - from)));
+  return count;
+}
+
+constexpr int64_t kBitmapServers = 8;  // zen.algorithms.bp.BITS_SERVERS
+
+// Where each server's message is read from: its membership words, payload stream, values, and cursors.
+template <typename V>
+struct BitmapCursor {
+  const uint64_t* words;
+  int64_t W;
+  const uint8_t* const* stream;
+  const int64_t* nbytes;
+  const V* const* src;
+  int64_t* at;    // next payload bit of each server
+  int64_t* next;  // next value row of each server
+};
+
+// Calls f(std::integral_constant<int, n>) for 1 <= n <= kBitmapServers: the word loop unrolled per server count.
+template <typename F>
+void with_servers(int64_t n, F f) {
+  switch (n) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// acc (rows from 64 w_lo - r0 on) += every server's rows in words [w_lo, w_hi), ascending; a row belongs to
+// exactly one server. Per word: each server's landed rows without a branch per server, then one pass over
+// their union.
+template <int N, bool kNarrow, typename V>
+inline void pull_words(V* acc, int64_t D, int64_t w_lo, int64_t w_hi, int64_t r0, const BitmapCursor<V>& c) {
+  int64_t at[N], next[N];
+  for (int j = 0; j < N; ++j) at[j] = c.at[j], next[j] = c.next[j];
+  for (int64_t w = w_lo; w < w_hi; ++w) {
+    uint64_t landed[N], any = 0;
+    for (int j = 0; j < N; ++j) {
+      const uint64_t m = c.words[j * c.W + w];
+      const int k = __builtin_popcountll(m);
+      landed[j] = k ? deposit_bits(take_bits(c.stream[j], c.nbytes[j], at[j], k), m) : 0;
+      at[j] += k;
+      any |= landed[j];
+    }
+    V* base = acc + (w * 64 - r0) * D;
+    const V* from[N];  // each server's values for this word start here: no counter carried from row to row
+    for (int j = 0; j < N; ++j) {
+      from[j] = c.src[j] + next[j] * D;
+      next[j] += __builtin_popcountll(landed[j]);
+    }
+    for (; any; any &= any - 1) {
+      const int bit = __builtin_ctzll(any);
+      int j = 0;
+      for (int s = 1; s < N; ++s) j += static_cast<int>((landed[s] >> bit) & 1) * s;
+      const V* v = from[j] + __builtin_popcountll(landed[j] & ((uint64_t{1} << bit) - 1)) * D;
+      if constexpr (kNarrow) {
+        base[bit] = base[bit] + v[0];
+      } else {
+        V* row = base + bit * D;
+        for (int64_t d = 0; d < D; ++d) row[d] = row[d] + v[d];
+      }
+    }
+  }
+  for (int j = 0; j < N; ++j) c.at[j] = at[j], c.next[j] = next[j];
+}
+
+void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const std::vector<Tensor>& values_in,
+                      const Tensor& bits_in, int64_t divisor) {
+  TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.device().is_cpu(),
+              "zen native: out must be a contiguous (M, D) CPU tensor");
+  const Tensor bits = bits_in.contiguous();
+  const int64_t M = out.size(0), D = out.size(1), W = (M + 63) / 64;
+  const int64_t n = static_cast<int64_t>(payloads_in.size());
+  TORCH_CHECK(bits.dim() == 2 && bits.device().is_cpu() && bits.scalar_type() == at::kLong && bits.size(0) == n &&
+                  bits.size(1) == W && static_cast<int64_t>(values_in.size()) == n,
+              "zen native: fill_hash_bitmap needs one (payload, values) per server and (n, ceil(M / 64)) int64 bits");
+  TORCH_CHECK(n >= 1 && n <= kBitmapServers, "zen native: fill_hash_bitmap takes 1 to ", kBitmapServers, " servers");
+  TORCH_CHECK(divisor == 1 || out.scalar_type() == at::kFloat || out.scalar_type() == at::kDouble,
+              "zen native: fill_hash_bitmap divides fp32 / fp64 sums only");
+  const int64_t row_bytes = D * out.element_size();
+  if (M == 0 || row_bytes == 0) return;
+  const auto* words = reinterpret_cast<const uint64_t*>(bits.data_ptr<int64_t>());
+  if (M % 64)
+    for (int64_t j = 0; j < n; ++j)
+      TORCH_CHECK((words[j * W + W - 1] >> (M % 64)) == 0, "zen native: membership bits beyond row ", M);
+  std::vector<Tensor> payloads, values;
+  for (int64_t j = 0; j < n; ++j) {
+    payloads.push_back(payloads_in[j].contiguous());
+    values.push_back(values_in[j].contiguous());
+    TORCH_CHECK(payloads[j].dim() == 1 && payloads[j].device().is_cpu() && payloads[j].scalar_type() == at::kByte &&
+                    values[j].scalar_type() == out.scalar_type() && values[j].device().is_cpu(),
+                "zen native: fill_hash_bitmap needs 1-D uint8 payloads and values of out's dtype");
+  }
+  // A block is whole words of rows, at least the staging buffer's 1 KB where rows are narrow.
+  const int64_t block_words = std::max<int64_t>(1, kStageBytes / (64 * row_bytes));
+  const Chunks chunks((W + block_words - 1) / block_words, std::max<int64_t>(1, kGrain / (64 * block_words * D)));
+  // Where each chunk starts in each server's bit stream (members of S_j before it) and in its values.
+  std::vector<int64_t> member_base(chunks.count * n), value_base(chunks.count * n);
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t s = 0;
+      for (int64_t w = lo * block_words; w < std::min(W, hi * block_words); ++w) s += __builtin_popcountll(words[j * W + w]);
+      member_base[c * n + j] = s;
+    }
+  });
+  // exclusive prefix over the chunks, in place; returns the total
+  const auto scan_servers = [&](std::vector<int64_t>& base, int64_t j) {
+    int64_t total = 0;
+    for (int64_t c = 0; c < chunks.count; ++c) {
+      const int64_t here = base[c * n + j];
+      base[c * n + j] = total;
+      total += here;
+    }
+    return total;
+  };
+  std::vector<const uint8_t*> stream(n);
+  std::vector<int64_t> members(n);
+  for (int64_t j = 0; j < n; ++j) {
+    members[j] = scan_servers(member_base, j);
+    check_payload<kDevice>(payloads[j], members[j]);
+    stream[j] = payloads[j].data_ptr<uint8_t>();
+  }
+  chunks.run([&](int64_t c, int64_t, int64_t) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t to = c + 1 < chunks.count ? member_base[(c + 1) * n + j] : members[j];
+      value_base[c * n + j] = popcount_range(stream[j], member_base[c * n + j], to);
+    }
+  });
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t rows = scan_servers(value_base, j);
+    TORCH_CHECK(values[j].numel() == rows * D, "zen native: ", values[j].numel(), " values for ", rows,
+                " rows of width ", D, " from server ", j);
+  }
+  const int64_t block_rows = block_words * 64;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fill_hash_bitmap", [&] {
+    std::vector<const scalar_t*> src(n);
+    for (int64_t j = 0; j < n; ++j) src[j] = values[j].data_ptr<scalar_t>();
+    char* dst = static_cast<char*>(out.data_ptr());
+    chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+      std::vector<char> stage_buf(block_rows * row_bytes + 64);
+      char* stage = stage_buf.data() + ((-reinterpret_cast<intptr_t>(stage_buf.data())) & 63);
+      auto* acc = reinterpret_cast<scalar_t*>(stage);
+      int64_t at[kBitmapServers], next[kBitmapServers], nbytes[kBitmapServers];
+      for (int64_t j = 0; j < n; ++j) {
+        at[j] = member_base[c * n + j];
+        next[j] = value_base[c * n + j];
+        nbytes[j] = (members[j] + 7) / 8;
+      }
+      for (int64_t b = lo; b < hi; ++b) {
+        const int64_t r0 = b * block_rows, r1 = std::min(M, r0 + block_rows);
+        if ((r1 - r0) * row_bytes == kStageBytes) std::memset(stage, 0, kStageBytes);  // inlined vector stores
+        else std::memset(stage, 0, (r1 - r0) * row_bytes);
+        const BitmapCursor<scalar_t> cursor{words, W, stream.data(), nbytes, src.data(), at, next};
+        const int64_t w_lo = b * block_words, w_hi = std::min(W, (b + 1) * block_words);
+        with_servers(n, [&](auto servers) {
+          if (D == 1) pull_words<decltype(servers)::value, true>(acc, 1, w_lo, w_hi, r0, cursor);
+          else pull_words<decltype(servers)::value, false>(acc, D, w_lo, w_hi, r0, cursor);
+        });
+        if (divisor != 1) {
+          const auto by = static_cast<scalar_t>(divisor);
+          for (int64_t e = 0; e < (r1 - r0) * D; ++e) acc[e] = acc[e] / by;
+        }
+        stream_block(dst + r0 * row_bytes, stage, (r1 - r0) * row_bytes);
+      }
+    });
+  });
+#if defined(__SSE2__) || defined(__AVX512F__)
+  _mm_sfence();  // non-temporal stores are weakly ordered: make them visible before anyone reads `out`
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Checks against zen/hashing.py.
 
@@ -1312,6 +1537,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fill_sum", &fill_sum, "out = dense sum of row sets with ascending ids, one streaming pass",
         py::arg("out"), py::arg("ids"), py::arg("values"), py::arg("divisor"), py::arg("stride") = 1,
         py::arg("offsets") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
+  m.def("fill_hash_bitmap", &fill_hash_bitmap, "out = every server's hash-bitmap message decoded, one streaming pass",
+        py::call_guard<py::gil_scoped_release>());
   m.def("split_interleaved", &split_interleaved, "(offsets, shard ids, rows) of the k interleaved shards",
         py::call_guard<py::gil_scoped_release>());
   m.def("put_rows", &put_rows, "out[ids] = values for distinct ids",
