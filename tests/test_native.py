@@ -198,6 +198,47 @@ def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: to
                              bits, 1)
 
 
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, dtype: torch.dtype) -> None:
+    """A server's one-pass aggregate + encode == the compact sum over sorted distinct ids, then encode_rows, bit
+    for bit: overlapping pushes in any order, rows whose sums cancel to zero (left out), -0.0 values, int32
+    and int64 ids, widths 1 and 3, 1 to 4 pushers; a row the server does not own and one outside the tensor
+    are refused."""
+    from zen.algorithms.bp import _compact_sum
+
+    g = torch.Generator().manual_seed(23)
+    for M, n, D in ((1, 1, 1), (70, 2, 1), (5000, 3, 1), (4099, 4, 3)):
+        members, offsets = hashing.server_rows(M, n, _family(), torch.device("cpu"))
+        for r in range(n):
+            mine = members[offsets[r] : offsets[r + 1]].long()
+            if not mine.numel():
+                continue
+            received = []
+            for _ in range(n):
+                take = mine[torch.randperm(mine.numel(), generator=g)[: max(1, mine.numel() // 3)]]
+                values = torch.randn(take.numel(), D, generator=g).to(dtype)
+                values[0] = -0.0
+                received.append((take.int(), values))
+            received.append((received[0][0], -received[0][1]))  # cancels the first push: those sums are zero
+            for index_dtype in (torch.int32, torch.int64):
+                pushed = [(i.to(index_dtype), v) for i, v in received]
+                words = hashing.server_bits(M, n, _family(), torch.device("cpu"))[r]
+                (payload, values), count = HASH_BITMAP.aggregate(pushed, words, M)
+                rows, sums = _compact_sum(pushed, D)
+                positions = hashing.server_ranks(M, n, _family(), torch.device("cpu"), r)
+                (want_payload, want_values), want_count = HASH_BITMAP.encode_rows(
+                    rows, sums, mine.int(), M, positions, torch.int32)
+                assert torch.equal(payload, want_payload) and count == want_count, (M, n, r)
+                assert torch.equal(values.view(torch.uint8), want_values.view(torch.uint8)), (M, n, r)
+    members, offsets = hashing.server_rows(100, 2, _family(), torch.device("cpu"))
+    words = hashing.server_bits(100, 2, _family(), torch.device("cpu"))[0]
+    other = members[offsets[1] : offsets[2]][:1]
+    with pytest.raises(RuntimeError, match="does not own"):
+        ext.aggregate_hash_bitmap([other], [torch.ones(1, 1)], words, 100)
+    with pytest.raises(RuntimeError, match="outside"):
+        ext.aggregate_hash_bitmap([torch.tensor([100])], [torch.ones(1, 1)], words, 100)
+
+
 def test_decode_ignores_padding_bits(ext: ModuleType) -> None:
     members = torch.arange(11, dtype=torch.int32)
     payload = torch.tensor([0b10000001, 0xFF], dtype=torch.uint8)  # bits 11..15 lie past the 11 members

@@ -84,7 +84,8 @@ class BalancedParallelism:
         Only the received ids can be non-zero in our partition. On CPU, when they are few next to |S_r|,
         and whenever the output wants rows, the sums live in a compact buffer over the sorted distinct ids
         and the message is encoded from it (O(1) bitmap positions): no scattered adds into a dense buffer,
-        no scan of all M / n rows of S_r there.
+        no scan of all M / n rows of S_r there. Where the encoding has it (the hash bitmap, on CPU, up to
+        BITS_SERVERS servers), one native pass does both from S_r's membership words, without the sort.
         Returns (message, our non-zero (ids, sums) to write later, or None if the dense buffer has them)."""
         r = comm.rank
         members, offsets = server_rows(grad.num_rows, comm.world_size, family, grad.device)
@@ -94,6 +95,10 @@ class BalancedParallelism:
             out.zero()
             add_messages(out.buffer, received)
             message, stats.server_count = self.encoding.encode(out.buffer, mine, grad.index_dtype())
+            return message, None
+        words = self._words(grad, comm.world_size, family)
+        if words is not None and (fast := self.encoding.aggregate(received, words[r], grad.num_rows)) is not None:
+            message, stats.server_count = fast
             return message, None
         rows, sums = _compact_sum(received, grad.row_width)
         positions = server_ranks(grad.num_rows, comm.world_size, family, grad.device, r)
@@ -111,8 +116,7 @@ class BalancedParallelism:
         decode, M = self.encoding.decode, grad.num_rows
         gathered = comm.all_gather_v(message, phase="pull")
         if not accelerated(grad.device) or out.rows_wanted:
-            if (self.encoding.decodes_in_place and n <= BITS_SERVERS
-                    and out.write_bitmaps(gathered, server_bits(M, n, family, grad.device))):
+            if (words := self._words(grad, n, family)) is not None and out.write_bitmaps(gathered, words):
                 return  # every partition decoded on the way out, in one pass over the output
             sets = [(decode(payload, members[offsets[j] : offsets[j + 1]], M), values)
                     if j != r or own is None else own for j, (payload, values) in enumerate(gathered)]
@@ -125,6 +129,12 @@ class BalancedParallelism:
         for j, (payload, values) in enumerate(gathered):
             if j != r:
                 self.encoding.scatter(buffer, payload, members[offsets[j] : offsets[j + 1]], values, M)
+
+    def _words(self, grad: LocalGrad, n: int, family: HashFamily) -> torch.Tensor | None:
+        """Every S_j as membership words where the encoding's one-pass CPU kernels can use them."""
+        if not self.encoding.words or n > BITS_SERVERS or accelerated(grad.device):
+            return None
+        return server_bits(grad.num_rows, n, family, grad.device)
 
     def closed_form(self, w: Sparsity) -> Prediction:
         """Push (n-1)/n of own COO, pull (n-1)/n of the union in the pull encoding (section 5)."""

@@ -34,7 +34,7 @@ class Encoding(ABC):
     from the rows themselves), how it is decoded, and what it costs on the wire."""
 
     name: str
-    decodes_in_place = False  # whether Output.write_bitmaps can take this encoding's messages as they came
+    words = False  # whether its messages are hash bitmaps, which Output.write_bitmaps decodes from S_j's words
 
     def encode(self, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype) -> tuple[PullMessage, int]:
         """Encode the server's aggregated rows `out[members]`; returns (message, non-zero row count)."""
@@ -49,6 +49,13 @@ class Encoding(ABC):
         `members`), with values `block`: the same message bit for bit, with work proportional to len(rows)
         instead of len(members). `num_rows` is M."""
         return (self.rows_payload(rows, members, num_rows, positions, index_dtype), block), int(block.shape[0])
+
+    def aggregate(self, received: list[PullMessage], words: torch.Tensor, num_rows: int
+                  ) -> tuple[PullMessage, int] | None:
+        """A server's message straight from the (ids, values) pushed to it (summed in the order given; rows
+        that cancel to zero left out), its rows S_j given as membership words (a row of hashing.server_bits);
+        None where this encoding has no such path (the caller sums, then `encode_rows`)."""
+        return None
 
     def scatter(self, out: torch.Tensor, payload: torch.Tensor, members: torch.Tensor, values: torch.Tensor,
                 num_rows: int) -> None:

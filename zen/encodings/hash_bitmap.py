@@ -14,12 +14,18 @@ from zen.types import WireLayout
 
 @register_encoding("hash_bitmap")
 class HashBitmap(Encoding):
-    decodes_in_place = True
+    words = True
 
     def encode(self, out: torch.Tensor, members: torch.Tensor, index_dtype: torch.dtype) -> tuple[PullMessage, int]:
         if (fast := native.encode_hash_bitmap(out, members)) is not None:
             return fast, int(fast[1].shape[0])
         return super().encode(out, members, index_dtype)
+
+    def aggregate(self, received: list[PullMessage], words: torch.Tensor, num_rows: int
+                  ) -> tuple[PullMessage, int] | None:
+        if (fast := native.aggregate_hash_bitmap(received, words, num_rows)) is None:
+            return None
+        return fast, int(fast[1].shape[0])
 
     def scan_payload(self, mask: torch.Tensor, members: torch.Tensor, num_rows: int,
                      index_dtype: torch.dtype) -> torch.Tensor:

@@ -231,6 +231,19 @@ def fill_hash_bitmap(out: torch.Tensor, messages: list[tuple[torch.Tensor, torch
     return True
 
 
+def aggregate_hash_bitmap(received: list[tuple[torch.Tensor, torch.Tensor]], words: torch.Tensor, num_rows: int
+                          ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A BP server's (hash bitmap over S_r, non-zero sums in S_r's order) from the (ids, values) pushed to it,
+    summed message by message in the order given; S_r as membership words (a row of hashing.server_bits)."""
+    if (not received or any(i.dtype not in INDEX_DTYPES or i.device.type != "cpu" or v.dtype not in VALUE_DTYPES
+                            for i, v in received) or (ext := get("cpu")) is None):
+        return None
+    ids = [i for i, _ in received]
+    if len({i.dtype for i in ids}) > 1:
+        ids = [i.long() for i in ids]
+    return ext.aggregate_hash_bitmap(ids, [v for _, v in received], words, num_rows)
+
+
 def split_interleaved(ids: torch.Tensor, values: torch.Tensor, k: int
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """(offsets[k + 1], shard ids, rows): row id r to interleaved shard r % k as r // k, shard s's rows at

@@ -1303,6 +1303,124 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
 #endif
 }
 
+// A BP server's aggregate, encoded (Algorithm 2) straight from what the ranks pushed to it: the rows of S_r
+// are given as membership words (bit b of words[w] set iff row 64w + b is in S_r), so a row's bit in the
+// hash bitmap is its rank among S_r's members, counted per word. Two passes over the pushed rows: the first
+// sets their bits (and checks each is a member), the second adds each value, message by message in rank
+// order onto zero, at its row's place among the set bits; rows whose sums are exactly zero are then dropped.
+// The passes visit the rows bucket by bucket of the row space, so each stays within a few KB of the words.
+// The same message as summing into a compact buffer over the sorted distinct ids and encoding it, without
+// the sort.
+std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_in, const std::vector<Tensor>& values_in,
+                                                 const Tensor& words_in, int64_t num_rows) {
+  const Tensor words_t = words_in.contiguous();
+  const int64_t W = (num_rows + 63) / 64;
+  TORCH_CHECK(words_t.dim() == 1 && words_t.device().is_cpu() && words_t.scalar_type() == at::kLong &&
+                  words_t.numel() == W && !ids_in.empty() && ids_in.size() == values_in.size(),
+              "zen native: aggregate_hash_bitmap needs (ids, values) messages and ceil(M / 64) int64 words");
+  const auto* words = reinterpret_cast<const uint64_t*>(words_t.data_ptr<int64_t>());
+  std::vector<Tensor> ids, values;
+  int64_t total = 0;
+  for (size_t s = 0; s < ids_in.size(); ++s) {
+    ids.push_back(ids_in[s].contiguous());
+    values.push_back(values_in[s].contiguous());
+    TORCH_CHECK(ids[s].dim() == 1 && ids[s].device().is_cpu() && ids[s].scalar_type() == ids[0].scalar_type() &&
+                    values[s].dim() == 2 && values[s].size(0) == ids[s].numel() &&
+                    values[s].size(1) == values[0].size(1) && values[s].scalar_type() == values[0].scalar_type(),
+                "zen native: aggregate_hash_bitmap needs 1-D ids of one dtype and one row of one dtype per id");
+    total += ids[s].numel();
+  }
+  const int64_t D = values[0].size(1);
+  std::vector<int64_t> below(W + 1, 0);  // members of S_r in words before w
+  for (int64_t w = 0; w < W; ++w) below[w + 1] = below[w] + __builtin_popcountll(words[w]);
+  const int64_t L = below[W], PW = (L + 63) / 64;
+  // The pushed rows in the order of their bucket of 2^14 rows, stable (message order kept within a bucket):
+  // the lookups in words and below, the bits set and the adds then stay within a few KB at a time, where
+  // the pushes' own order (hash slots) would miss the cache at every row.
+  constexpr int kBucketShift = 14;
+  const int64_t row_bytes = D * values[0].element_size();
+  struct Pushed {
+    int64_t row;  // then its bit in the hash bitmap
+    union {
+      const char* value;  // where its values are
+      uint64_t bits;      // or the values themselves, rows of up to 8 bytes: the adds then read in order
+    };
+  };
+  const bool inline_rows = row_bytes <= 8;
+  std::vector<Pushed> pushed(total);
+  with_index<kDevice>(ids[0], [&](auto itag) {
+    using Idx = decltype(itag);
+    std::vector<int64_t> cursor((num_rows >> kBucketShift) + 1, 0);
+    for (const Tensor& t : ids) {
+      const Idx* id = t.data_ptr<Idx>();
+      for (int64_t k = 0; k < t.numel(); ++k) {
+        const int64_t row = static_cast<int64_t>(id[k]);
+        TORCH_CHECK(row >= 0 && row < num_rows, "zen native: row id ", row, " outside [0, ", num_rows, ")");
+        ++cursor[row >> kBucketShift];
+      }
+    }
+    exclusive_scan(cursor);
+    for (size_t s = 0; s < ids.size(); ++s) {
+      const Idx* id = ids[s].data_ptr<Idx>();
+      const char* src = static_cast<const char*>(values[s].data_ptr());
+      for (int64_t k = 0; k < ids[s].numel(); ++k) {
+        const int64_t row = static_cast<int64_t>(id[k]);
+        Pushed& p = pushed[cursor[row >> kBucketShift]++];
+        p.row = row;
+        if (inline_rows) std::memcpy(&p.bits, src + k * row_bytes, row_bytes);
+        else p.value = src + k * row_bytes;
+      }
+    }
+    return 0;
+  });
+  std::vector<uint64_t> bitmap(PW, 0);
+  for (Pushed& p : pushed) {
+    const uint64_t word = words[p.row >> 6], bit = uint64_t{1} << (p.row & 63);
+    TORCH_CHECK(word & bit, "zen native: row ", p.row, " was pushed to a server that does not own it");
+    p.row = below[p.row >> 6] + __builtin_popcountll(word & (bit - 1));
+    bitmap[p.row >> 6] |= uint64_t{1} << (p.row & 63);
+  }
+  std::vector<int64_t> before(PW + 1, 0);  // set bits in bitmap words before p
+  for (int64_t p = 0; p < PW; ++p) before[p + 1] = before[p] + __builtin_popcountll(bitmap[p]);
+  const int64_t count = before[PW];
+  Tensor sums = at::zeros({count, D}, values[0].options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sums.scalar_type(), "aggregate_hash_bitmap", [&] {
+    scalar_t* acc = sums.data_ptr<scalar_t>();
+    for (const Pushed& p : pushed) {
+      const int64_t at = before[p.row >> 6] + __builtin_popcountll(bitmap[p.row >> 6] & ((uint64_t{1} << (p.row & 63)) - 1));
+      const auto* v = reinterpret_cast<const scalar_t*>(inline_rows ? reinterpret_cast<const char*>(&p.bits) : p.value);
+      for (int64_t d = 0; d < D; ++d) acc[at * D + d] = acc[at * D + d] + v[d];
+    }
+  });
+  // sums that cancelled to exactly zero are not sent: their bits cleared, their rows closed up
+  int64_t kept = 0;
+  with_bits<kDevice>(sums, [&](auto btag) {
+    using Bits = decltype(btag);
+    Bits* rows = static_cast<Bits*>(sums.data_ptr());
+    const Bits mask = zen::magnitude_mask<Bits>();
+    int64_t r = 0;
+    while (r < count && row_nonzero(rows + r * D, D, mask)) ++r;
+    if (r == count) {  // nothing cancelled (the common case): no walk over the bits
+      kept = count;
+      return 0;
+    }
+    r = 0;
+    for (int64_t p = 0; p < PW; ++p)
+      for (uint64_t set = bitmap[p]; set; set &= set - 1, ++r) {
+        if (!row_nonzero(rows + r * D, D, mask)) {
+          bitmap[p] &= ~(set & (~set + 1));
+          continue;
+        }
+        if (kept != r) std::memmove(rows + kept * D, rows + r * D, D * sizeof(Bits));
+        ++kept;
+      }
+    return 0;
+  });
+  Tensor payload = at::empty({(L + 7) / 8}, at::TensorOptions().dtype(at::kByte));
+  std::memcpy(payload.data_ptr<uint8_t>(), bitmap.data(), payload.numel());  // little-endian words
+  return std::make_tuple(payload, kept == count ? sums : sums.narrow(0, 0, kept).clone());
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Checks against zen/hashing.py.
 
@@ -1538,6 +1656,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("out"), py::arg("ids"), py::arg("values"), py::arg("divisor"), py::arg("stride") = 1,
         py::arg("offsets") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
   m.def("fill_hash_bitmap", &fill_hash_bitmap, "out = every server's hash-bitmap message decoded, one streaming pass",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("aggregate_hash_bitmap", &aggregate_hash_bitmap, "a BP server's pushed rows summed and hash-bitmap encoded",
         py::call_guard<py::gil_scoped_release>());
   m.def("split_interleaved", &split_interleaved, "(offsets, shard ids, rows) of the k interleaved shards",
         py::call_guard<py::gil_scoped_release>());
