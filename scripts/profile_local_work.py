@@ -27,7 +27,7 @@ RATE = 50  # samples per second per process: py-spy falls behind at higher rates
 STAGES = [  # (stage, frame-name pattern); the innermost matching frame decides
     ("check", r"check_parts|local_summary"),
     ("extract", r"nonzero_rows|nonzero_flat|extract_rows"),
-    ("output", r"fill_sum|fill_blocks|DenseOutput\.|stream_block|write_shards"),
+    ("output", r"fill_sum|fill_blocks|DenseOutput\.|stream_block|write_shards|fill_hash_bitmap|pull_words"),
     ("decode", r"decode"),
     ("encode", r"encode|set_bits|bitmap_chunk"),
     ("aggregate", r"merge_rows|union_rows|add_messages|_compact_sum|aggregate|index_add"),
