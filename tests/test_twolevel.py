@@ -208,7 +208,7 @@ def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int, intra: str) ->
         assert "ranks_per_node" in rep["bad_hook"] and "ranks_per_node" in rep["bad_allreduce"]
 
 
-def auto_ranks(k: int, calls: int) -> list[tuple[str, bool]]:
+def auto_ranks(k: int, calls: int, scheme_name: str = "zen-hc") -> list[tuple[str, bool]]:
     """Rank body: `intra="auto"` (the default) over `calls` calls of one size: each call's node steps (or
     flat) and whether its sum was right."""
     import torch.distributed as dist
@@ -219,7 +219,7 @@ def auto_ranks(k: int, calls: int) -> list[tuple[str, bool]]:
     from zen.twolevel import dist_node_comms
 
     rank, P = dist.get_rank(), dist.get_world_size()
-    comm, nodes, scheme = DistComm(), dist_node_comms(k), make_scheme("zen-hc")
+    comm, nodes, scheme = DistComm(), dist_node_comms(k), make_scheme(scheme_name)
     tensors = [TWO_LEVEL_CASES["matrix"](r, P, torch.float32) for r in range(P)]
     total, magnitude = reference_sum(tensors)
     seen = []
@@ -239,6 +239,27 @@ def test_intra_auto_tries_each_then_all_ranks_keep_one() -> None:
         assert [m for m, _ in seen[:trial]] == ["dense", "sparse", "flat"] * TRIAL_CALLS
     kept = {m for seen in per_rank for m, _ in seen[trial:]}
     assert len(kept) == 1 and kept <= set(CANDIDATES)  # one choice, the same on every rank
+
+
+def test_intra_auto_times_zen_only_once_it_has_settled() -> None:
+    """zen spends its first calls of a size choosing BP or HC (2 BP, then 2 of each HC variant): each candidate
+    runs those untimed before its timed calls, so the trial compares the paths zen will keep, not BP's."""
+    from zen.algorithms.selector import ZenAuto
+    from zen.comm.sim import SimComm, SimGroup
+    from zen.twolevel import CANDIDATES, TRIAL_CALLS
+
+    settle = ZenAuto().measure_iters * 3  # BP's measuring calls, then the gap-coded and the plain-COO HC's
+    trial = len(CANDIDATES) * (settle + TRIAL_CALLS)
+    per_rank = spawn("tests.test_twolevel:auto_ranks", 4, {"k": 2, "calls": trial + 2, "scheme_name": "zen"},
+                     timeout_s=300)
+    for seen in per_rank:
+        assert all(ok for _, ok in seen)
+        assert [m for m, _ in seen[:trial]] == ["dense", "sparse", "flat"] * (settle + TRIAL_CALLS)
+    kept = {m for seen in per_rank for m, _ in seen[trial:]}
+    assert len(kept) == 1 and kept <= set(CANDIDATES)
+    group = SimGroup(2)
+    assert ZenAuto().settling_calls(SimComm(group, 0)) == 2  # no clock: BP's measuring calls only
+    assert ZenAuto(choice="hc").settling_calls(SimComm(group, 0)) == 0
 
 
 def test_ddp_hook_two_level_trains_like_allreduce() -> None:

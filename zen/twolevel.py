@@ -16,8 +16,9 @@ same sum.
 
 `intra="auto"` (the default) picks per tensor size, as zen's selector picks BP or HC, among dense node steps,
 sparse ones and no node steps at all (the scheme flat over every rank, for links where two-level does not pay):
-the first calls take turns (`IntraTrial`), each timed, and every rank keeps the one whose fastest call was
-fastest at its fastest rank (an all-gather of three numbers over all ranks, once). The simulated group has no
+the first calls take turns (`IntraTrial`), each timed once the scheme inside has settled its own path there (zen
+times BP and HC in its first calls of a size), and every rank keeps the one whose fastest call was fastest at
+its fastest rank (an all-gather of three numbers over all ranks, once). The simulated group has no
 clock: it keeps the paper's dense steps. `intra="dense"` or `"sparse"` fixes the mode.
 
 `intra="sparse"` replaces both dense node steps by sparse ones, for nodes whose local link is not much faster
@@ -103,12 +104,16 @@ class NodeComms:
     def ranks_per_node(self) -> int:
         return self.intra.world_size
 
-    def steps_for(self, scheme: str, grad: LocalGrad, comm: Communicator) -> IntraTrial:
-        """The node steps of this call of `scheme` for `grad`'s size (auto: its trial); `comm` is the world's."""
+    def steps_for(self, scheme: str, grad: LocalGrad, comm: Communicator,
+                  settling: Callable[[Communicator], int] = lambda _: 0) -> IntraTrial:
+        """The node steps of this call of `scheme` for `grad`'s size (auto: its trial); `comm` is the world's.
+        `settling(c)`: the calls the scheme spends choosing its own path on communicator `c` (flat runs it on
+        the world's, the node steps on `inter`), which the trial runs but does not time."""
         key = (self.mode, scheme, grad.num_rows, grad.row_width, grad.dtype)
         if key not in self.trials:
             fixed = self.mode if self.mode != "auto" else None if comm.clocked and comm.world_size > 1 else "dense"
-            self.trials[key] = IntraTrial(fixed)
+            settle = {m: settling(comm if m == "flat" else self.inter) for m in CANDIDATES}
+            self.trials[key] = IntraTrial(fixed, settle)
         return self.trials[key]
 
     def begin_call(self, code: int, sizes_agreed: bool = False) -> None:
@@ -119,24 +124,31 @@ class NodeComms:
 
 @dataclass
 class IntraTrial:
-    """`intra="auto"` for one tensor size: TRIAL_CALLS timed calls of each of CANDIDATES, taking turns
-    (dense, sparse, flat, dense, ...: a scheme that chooses its own path in its first calls, as zen does,
-    then runs its paths under each), then the fastest for good (`chosen`). Every rank runs the same calls in
-    the same order, so they agree on which call is which; the choice comes from one all-gather, so they agree
-    on it too."""
+    """`intra="auto"` for one tensor size: the CANDIDATES take turns (dense, sparse, flat, dense, ...); each
+    first runs the calls its scheme spends choosing its own path there (`settle`: zen's measuring BP and timed
+    HC calls, which would otherwise be what the trial compares), then TRIAL_CALLS timed calls; then the
+    fastest for good (`chosen`). Every rank runs the same calls in the same order (`settle` comes from the
+    configuration and the group sizes), so they agree on which call is which; the choice comes from one
+    all-gather, so they agree on it too."""
 
     chosen: str | None = None
+    settle: dict[str, int] = field(default_factory=dict)  # untimed calls of each candidate first
+    calls: dict[str, int] = field(default_factory=lambda: {m: 0 for m in CANDIDATES})
     times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in CANDIDATES})
 
     def mode(self) -> str:
         if self.chosen is not None:
             return self.chosen
-        return min(CANDIDATES, key=lambda m: len(self.times[m]))  # the first with the fewest calls: turns
+        return min(CANDIDATES, key=lambda m: self.calls[m])  # the first with the fewest calls: turns
 
     def record(self, mode: str, seconds: float, comm: Communicator) -> None:
-        """One trial call's time; after the last, the choice: per candidate its fastest call at its fastest
-        rank (the rank that waited least for the others), the earlier candidate on a tie."""
+        """One trial call's time (kept once the candidate's scheme has settled); after the last, the choice:
+        per candidate its fastest timed call at its fastest rank (the rank that waited least for the others),
+        the earlier candidate on a tie."""
         if self.chosen is not None:
+            return
+        self.calls[mode] += 1
+        if self.calls[mode] <= self.settle.get(mode, 0):
             return
         self.times[mode].append(seconds)
         if any(len(times) < TRIAL_CALLS for times in self.times.values()):
@@ -204,7 +216,8 @@ class TwoLevel:
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         assert isinstance(out, DenseOutput)
-        trial = self.nodes.steps_for(self.name, grad, comm)
+        settling = getattr(self.inner, "settling_calls", None)
+        trial = self.nodes.steps_for(self.name, grad, comm, settling or (lambda _: 0))
         mode = trial.mode()
         clock = Clock(grad.device).start() if trial.chosen is None else None  # timed only while on trial
         if mode == "flat":

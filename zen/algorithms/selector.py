@@ -95,6 +95,15 @@ class ZenAuto:
                 else:
                     self.choices[key] = by_bytes
 
+    def settling_calls(self, comm: Communicator) -> int:
+        """Calls per tensor size spent choosing a path on `comm` (the measuring BP calls, then each timed HC
+        variant's), the same on every rank: what a trial around zen (two-level's node steps) does not time."""
+        if self.forced:
+            return 0
+        timed = self.select == "time" and comm.clocked and comm.world_size > 1
+        variants = (2 if self.hc_coo is not None else 1) if timed else 0
+        return self.measure_iters * (1 + variants)
+
     def _trial_hc(self, key: tuple, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         """One timed HC call (gap-coded ids first, then plain COO with `hc_ids="auto"`); after `measure_iters`
         of each, the choice: per path its fastest call at the rank where it is fastest (the one that waited
