@@ -452,8 +452,10 @@ def test_kernels_bench_cli(ext: ModuleType, tmp_path, capsys: pytest.CaptureFixt
     out = tmp_path / "rows.json"
     assert main(["kernels-bench", "--numel", "65536", "--repeats", "1", "--json", str(out)]) == 0
     assert main(["kernels-bench", "--numel", "65536", "--repeats", "1", "--sweep", "k", "--values", "1", "3"]) == 0
+    assert main(["kernels-bench", "--numel", "65536", "--repeats", "1", "--servers", "4"]) == 0  # BP's CPU rows
     text = capsys.readouterr().out
     assert "extract + hash" in text and "hash, k=3" in text and out.exists()
+    assert "BP pull: decode + write" in text and "BP server: sum + encode" in text
 
 
 def test_cuda_kernels_compile_with_nvcc(nvcc_check: Future | None) -> None:

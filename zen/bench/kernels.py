@@ -25,8 +25,10 @@ from typing import Any
 import torch
 
 from zen import hashing, native
+from zen.algorithms.bp import BITS_SERVERS, _compact_sum
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
+from zen.output import DenseOutput
 
 PAPER_NUMEL = 214_000_000  # DeepFM embedding gradient (section 6)
 PAPER_DENSITY = 0.052
@@ -148,7 +150,38 @@ class Bench:
         out = torch.zeros_like(self.rows2d)
         rows.append(self.row("bitmap decode + scatter",
                              lambda: hash_bitmap.scatter(out, message[0], mine, message[1], self.numel), rows=count))
+        if self.device.type == "cpu" and n <= BITS_SERVERS:
+            rows += self.bp_cpu_rows(parts, members, offsets)
         return rows
+
+    def bp_cpu_rows(self, parts: hashing.Partitions, members: torch.Tensor, offsets: tuple[int, ...]
+                    ) -> list[dict[str, Any]]:
+        """BP's CPU server and pull as zen-bp runs them (one native pass each; the reference column: the sort-
+        based compact sum with encode_rows, and every server's decode then the result's write). The server
+        gets partition 0's rows of this gradient as n pushes in hash-slot order; the pull writes all n
+        servers' messages of this gradient into a dense result."""
+        n, M, enc = self.args.servers, self.numel, get_encoding("hash_bitmap")
+        values = self.dense[self.index]
+        order = parts.order[: parts.counts[0]]
+        pushed = [(self.index[chunk].int(), values[chunk].view(-1, 1)) for chunk in order.tensor_split(n)]
+        mine = members[offsets[0] : offsets[1]]
+        words = hashing.server_bits(M, n, self.family, self.device)
+        positions = hashing.server_ranks(M, n, self.family, self.device, 0)
+
+        def server() -> object:
+            return enc.aggregate(pushed, words[0], M) or enc.encode_rows(*_compact_sum(pushed, 1), mine, M,
+                                                                          positions, torch.int32)
+
+        messages = [enc.encode(self.rows2d, members[offsets[j] : offsets[j + 1]], torch.int32)[0] for j in range(n)]
+        result = DenseOutput(torch.empty_like(self.dense), M, 1)
+
+        def pull() -> None:
+            if not result.write_bitmaps(messages, words):
+                result.write([(enc.decode(p, members[offsets[j] : offsets[j + 1]], M), v)
+                               for j, (p, v) in enumerate(messages)], disjoint=True)
+
+        return [self.row("BP server: sum + encode", server, rows=sum(int(i.numel()) for i, _ in pushed)),
+                self.row("BP pull: decode + write", pull, rows=sum(int(v.shape[0]) for _, v in messages))]
 
     def sweep_rows(self, kind: str, values: tuple[float, ...]) -> list[dict[str, Any]]:
         rows, nnz = [], int(self.index.numel())
