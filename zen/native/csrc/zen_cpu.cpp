@@ -1099,10 +1099,22 @@ inline uint64_t deposit_bits(uint64_t x, uint64_t m) {
 }
 
 // Bits [at, at + k) of a little-endian bit stream of `nbytes` bytes, 1 <= k <= 64 and at + k <= 8 * nbytes.
+inline uint64_t low_bits(uint64_t x, int k) {
+#if defined(__BMI2__)
+  return _bzhi_u64(x, static_cast<unsigned>(k));
+#else
+  return k == 64 ? x : x & ((uint64_t{1} << k) - 1);
+#endif
+}
+
 inline uint64_t take_bits(const uint8_t* bytes, int64_t nbytes, int64_t at, int k) {
   const int64_t B = at >> 3;
   const int shift = static_cast<int>(at & 7);
   uint64_t lo = 0, hi = 0;
+  if (shift + k <= 64 && B + 8 <= nbytes) {  // the common case: one unaligned load holds them all
+    std::memcpy(&lo, bytes + B, 8);
+    return low_bits(lo >> shift, k);
+  }
   if (B + 9 <= nbytes) {
     std::memcpy(&lo, bytes + B, 8);
     hi = bytes[B + 8];
@@ -1110,8 +1122,7 @@ inline uint64_t take_bits(const uint8_t* bytes, int64_t nbytes, int64_t at, int 
     for (int64_t i = B; i < nbytes && i < B + 8; ++i) lo |= uint64_t{bytes[i]} << (8 * (i - B));
     if (B + 8 < nbytes) hi = bytes[B + 8];
   }
-  const uint64_t x = shift ? (lo >> shift) | (hi << (64 - shift)) : lo;
-  return k == 64 ? x : x & ((uint64_t{1} << k) - 1);
+  return low_bits(shift ? (lo >> shift) | (hi << (64 - shift)) : lo, k);
 }
 
 // Set bits in bit positions [from, to) of a little-endian bit stream.
