@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from zen.algorithms.bp import _compact_sum
+from zen.algorithms.bp import compact_sum
 from zen.bench.kernels import timed
 from zen.cli_args import count
 from zen.encodings import get_encoding
@@ -44,7 +44,7 @@ def compare(numel: int, width: int, world: int, shares: tuple[float, ...], repea
                     for _ in range(world)]
 
         def compact(received: list = received) -> tuple:
-            ids, sums = _compact_sum(received, width)
+            ids, sums = compact_sum(received, width)
             return encoding.encode_rows(ids, sums, mine, rows, positions, mine.dtype)
 
         def dense(received: list = received) -> tuple:

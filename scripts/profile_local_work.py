@@ -30,7 +30,7 @@ STAGES = [  # (stage, frame-name pattern); the innermost matching frame decides
     ("output", r"fill_sum|fill_blocks|DenseOutput\.|stream_block|write_shards|fill_hash_bitmap|pull_words"),
     ("decode", r"decode"),
     ("encode", r"encode|set_bits|bitmap_chunk"),
-    ("aggregate", r"merge_rows|union_rows|add_messages|_compact_sum|aggregate|index_add"),
+    ("aggregate", r"merge_rows|union_rows|add_messages|compact_sum|aggregate|index_add"),
     ("hash", r"hash|partition|ServerRanks|server_ranks|split_"),
     ("wire", r"Communicator\.|DistComm\.|gloo|writev|readv|recv|send|_wait"),
 ]

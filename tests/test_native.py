@@ -204,7 +204,7 @@ def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, d
     for bit: overlapping pushes in any order, rows whose sums cancel to zero (left out), -0.0 values, int32
     and int64 ids, widths 1 and 3, 1 to 4 pushers; a row the server does not own and one outside the tensor
     are refused."""
-    from zen.algorithms.bp import _compact_sum
+    from zen.algorithms.bp import compact_sum
 
     g = torch.Generator().manual_seed(23)
     for M, n, D in ((1, 1, 1), (70, 2, 1), (5000, 3, 1), (4099, 4, 3)):
@@ -224,7 +224,7 @@ def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, d
                 pushed = [(i.to(index_dtype), v) for i, v in received]
                 words = hashing.server_bits(M, n, _family(), torch.device("cpu"))[r]
                 (payload, values), count = HASH_BITMAP.aggregate(pushed, words, M)
-                rows, sums = _compact_sum(pushed, D)
+                rows, sums = compact_sum(pushed, D)
                 positions = hashing.server_ranks(M, n, _family(), torch.device("cpu"), r)
                 (want_payload, want_values), want_count = HASH_BITMAP.encode_rows(
                     rows, sums, mine.int(), M, positions, torch.int32)

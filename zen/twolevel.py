@@ -105,7 +105,7 @@ class NodeComms:
         return self.intra.world_size
 
     def steps_for(self, scheme: str, grad: LocalGrad, comm: Communicator,
-                  settling: Callable[[Communicator], int] = lambda _: 0) -> IntraTrial:
+                  settling: Callable[[Communicator], int]) -> IntraTrial:
         """The node steps of this call of `scheme` for `grad`'s size (auto: its trial); `comm` is the world's.
         `settling(c)`: the calls the scheme spends choosing its own path on communicator `c` (flat runs it on
         the world's, the node steps on `inter`), which the trial runs but does not time."""
@@ -216,8 +216,7 @@ class TwoLevel:
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         assert isinstance(out, DenseOutput)
-        settling = getattr(self.inner, "settling_calls", None)
-        trial = self.nodes.steps_for(self.name, grad, comm, settling or (lambda _: 0))
+        trial = self.nodes.steps_for(self.name, grad, comm, getattr(self.inner, "settling_calls", lambda _: 0))
         mode = trial.mode()
         clock = Clock(grad.device).start() if trial.chosen is None else None  # timed only while on trial
         if mode == "flat":

@@ -19,12 +19,13 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 # compact path when received ids <= |S_r| / 3: on one CPU thread at 6.9M elements the compact sum and encode
 # win up to between |S_r| / 3 and |S_r| / 2, at row widths 1 and 32 (scripts/bp_server_paths.py)
 COMPACT_RATIO = 3
-# the one-pass CPU pull (Output.write_bitmaps) up to this many servers: it keeps n M / 8 bytes of membership
-# words per tensor size and reads them all each call, where the decode reads the members of the set bits only
+# BP's one-pass CPU server and pull (Encoding.aggregate, Output.write_bitmaps) up to this many servers: they
+# keep n M / 8 bytes of membership words per tensor size and the pull reads them all each call, where the
+# decode reads the members of the set bits only
 BITS_SERVERS = 8
 
 
-def _compact_sum(received: list[PullMessage], width: int) -> PullMessage:
+def compact_sum(received: list[PullMessage], width: int) -> PullMessage:
     """(ascending distinct ids, their non-zero sums) of the received messages. The sums are added message
     by message in rank order from zero, the same float operations as add_messages into a zeroed `out`."""
     rows, inverse = torch.unique(torch.cat([index for index, _ in received]), sorted=True, return_inverse=True)
@@ -100,7 +101,7 @@ class BalancedParallelism:
         if words is not None and (fast := self.encoding.aggregate(received, words[r], grad.num_rows)) is not None:
             message, stats.server_count = fast
             return message, None
-        rows, sums = _compact_sum(received, grad.row_width)
+        rows, sums = compact_sum(received, grad.row_width)
         positions = server_ranks(grad.num_rows, comm.world_size, family, grad.device, r)
         message, stats.server_count = self.encoding.encode_rows(rows, sums, mine, grad.num_rows, positions,
                                                                 grad.index_dtype())

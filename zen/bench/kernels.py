@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from zen import hashing, native
-from zen.algorithms.bp import BITS_SERVERS, _compact_sum
+from zen.algorithms.bp import BITS_SERVERS, compact_sum
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.output import DenseOutput
@@ -169,7 +169,7 @@ class Bench:
         positions = hashing.server_ranks(M, n, self.family, self.device, 0)
 
         def server() -> object:
-            return enc.aggregate(pushed, words[0], M) or enc.encode_rows(*_compact_sum(pushed, 1), mine, M,
+            return enc.aggregate(pushed, words[0], M) or enc.encode_rows(*compact_sum(pushed, 1), mine, M,
                                                                           positions, torch.int32)
 
         messages = [enc.encode(self.rows2d, members[offsets[j] : offsets[j + 1]], torch.int32)[0] for j in range(n)]

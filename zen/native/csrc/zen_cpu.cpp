@@ -1,9 +1,8 @@
 // CPU kernels (ATen + at::parallel_for) for the hot paths of Zen: non-zero row extraction, hierarchical
 // hashing (paper section 3, Algorithm 1), S_j = the rows h0 maps to each server, the hash-bitmap pull
-// encoding (section 4, Algorithm 2) and BP's pull decoded straight into the dense result, and the row-set
-// work around them: HC's merge of two sorted unions, a checked scatter, and the streamed write of a dense
-// result; the gap coding of HC's ids; and a
-// sparsifier's threshold sweep.
+// encoding (section 4, Algorithm 2) with BP's CPU server and pull in one pass each, and the row-set work
+// around them: HC's merge of two sorted unions, a checked scatter, and the streamed write of a dense result;
+// the gap coding of HC's ids; and a sparsifier's threshold sweep.
 //
 // Values are tested ("!= 0" as "any magnitude bit set") and copied on their raw bits, so those kernels are
 // bit-exact by construction for fp16 / bf16 / fp32 / fp64; the sums (merge_rows, fill_sum) add, and
@@ -1098,7 +1097,7 @@ inline uint64_t deposit_bits(uint64_t x, uint64_t m) {
 #endif
 }
 
-// Bits [at, at + k) of a little-endian bit stream of `nbytes` bytes, 1 <= k <= 64 and at + k <= 8 * nbytes.
+// The low k bits of x, 1 <= k <= 64.
 inline uint64_t low_bits(uint64_t x, int k) {
 #if defined(__BMI2__)
   return _bzhi_u64(x, static_cast<unsigned>(k));
@@ -1107,6 +1106,7 @@ inline uint64_t low_bits(uint64_t x, int k) {
 #endif
 }
 
+// Bits [at, at + k) of a little-endian bit stream of `nbytes` bytes, 1 <= k <= 64 and at + k <= 8 * nbytes.
 inline uint64_t take_bits(const uint8_t* bytes, int64_t nbytes, int64_t at, int k) {
   const int64_t B = at >> 3;
   const int shift = static_cast<int>(at & 7);
