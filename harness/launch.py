@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import faulthandler
 import importlib
 import os
 import pickle
@@ -204,6 +205,7 @@ def worker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--pg-timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
+    faulthandler.enable(all_threads=True)  # a crash (an abort in native code) shows every thread's Python stack
     launcher = int(os.environ.get("ZEN_LAUNCHER_PID", "0"))
     if launcher:
         die_with_parent(launcher)
