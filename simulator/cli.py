@@ -4,6 +4,7 @@
   calibrate  this machine's cost of a message on the emulated cluster
   validate   one emulated-cluster cell simulated, beside what `zen train` measured there
   paper      the paper's cluster (and larger) simulated from a paper-density trace
+  fig8       Fig 8 with latency and contention: each scheme's embedding sync on a flat cluster
 """
 
 from __future__ import annotations
@@ -62,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--bandwidth", type=_rate, action="append", help="NIC rate (repeatable; default 25gbit)")
     pp.add_argument("--schemes", default="allreduce,agsparse,sparcml,omnireduce,sparse_ps,zen")
     pp.add_argument("--csv", type=Path, required=True)
+    f = sub.add_parser("fig8", help="Fig 8 with latency and contention, from a paper-density trace")
+    f.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
+    f.add_argument("--workload", default="gpt2", choices=["lstm", "dlrm", "gpt2", "bert"])
+    f.add_argument("--world-sizes", type=world_sizes, default=[2, 4, 8, 16, 32, 64, 128])
+    f.add_argument("--bandwidth", type=_rate, default=25e9, help="NIC rate (default 25gbit)")
+    f.add_argument("--latency-us", type=float, default=10.0, help="a message's latency end to end")
+    f.add_argument("--unit", choices=["element", "row"], default="element",
+                   help="an index per element (the paper's Fig 8) or per embedding row (the real system's)")
+    f.add_argument("--schemes", default="allreduce,agsparse,sparcml,omnireduce,sparse_ps,zen-bp,zen-hc")
+    f.add_argument("--csv", type=Path, required=True)
     return p
 
 
@@ -131,5 +142,18 @@ def _run(args: argparse.Namespace) -> int:
                   f"{r['scheme']:>11}  step {r['step_ms']:8.2f} ms  exposed comm {r['exposed_comm_ms']:8.2f} ms  "
                   f"(model {r['model_comm_ms']:8.2f})  zen over it {r['zen_speedup']:.2f}x, "
                   f"comm {r['zen_comm_speedup']:.2f}x")
+        return 0
+    if args.command == "fig8":
+        from harness.provenance import write_csv
+        from simulator.fig8 import table as fig8_table
+
+        if not (args.profile / "traces.pt").is_file():
+            raise UsageError(f"--profile {args.profile}: no traces.pt there")
+        if min(args.world_sizes) < 2:
+            raise UsageError("--world-sizes: Fig 8 needs at least 2 GPUs")
+        if args.latency_us < 0:
+            raise UsageError(f"--latency-us must be >= 0, got {args.latency_us}")
+        write_csv(args.csv, fig8_table(args.profile / "traces.pt", args.world_sizes, args.bandwidth,
+                                       args.schemes.split(","), args.workload, 1e-6 * args.latency_us, args.unit))
         return 0
     raise UsageError(f"unknown command {args.command}")

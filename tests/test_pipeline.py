@@ -22,7 +22,7 @@ import figures  # noqa: E402
 import report  # noqa: E402
 
 SCHEMES = ["allreduce", "agsparse", "sparcml", "zen"]
-SIMULATOR_FIGURES = {"sim_validation", "sim_paper", "sim_beyond"}
+SIMULATOR_FIGURES = {"sim_validation", "sim_paper", "sim_beyond", "sim_fig8"}
 
 
 def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
@@ -84,6 +84,15 @@ def test_beyond_the_paper_dry_run(tmp_path):
         == {"profile_beyond": 1, "simulate_paper": 1, "aggregate_paper_sim": 1, "plot_figure": 1}, jobs
     assert "--workers 1024" in plan and "--nodes 16,32,64,128" in plan and "--bandwidth 400gbit" in plan
     assert "zen-bp,zen-hc" in plan and "train_workload" not in jobs, jobs
+
+
+def test_fig8_simulated_dry_run(tmp_path):
+    """The paper config's `simulator.fig8`: gpt2's at-scale trace, one simulation, one figure."""
+    jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/paper.yaml", "-p", "results/figures/sim_fig8.png")
+    assert {k: jobs.get(k) for k in ("profile_at_scale", "simulate_fig8", "aggregate_fig8_sim", "plot_figure")} \
+        == {"profile_at_scale": 1, "simulate_fig8": 1, "aggregate_fig8_sim": 1, "plot_figure": 1}, jobs
+    assert "--world-sizes 2,4,8,16,32,64,128" in plan and "--latency-us 10" in plan and "--workload gpt2" in plan
+    assert "train_workload" not in jobs, jobs
 
 
 @pytest.mark.parametrize("name", ["default", "paper"])

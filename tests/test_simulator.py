@@ -156,8 +156,9 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(capsys) -> None:
     assert main(["validate", "--measured", "nope.json", "--timeline", "t", "--cost", "c", "--csv", "o"]) == 2
     assert main(["frobnicate"]) == 2
     assert main(["calibrate", "--repeats", "0", "--out", "x"]) == 2
+    assert main(["fig8", "--profile", ".", "--world-sizes", "1,2", "--csv", "o"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("python -m simulator: error:") for line in err)
+    assert len(err) == 4 and all(line.startswith("python -m simulator: error:") for line in err)
 
 
 def test_a_training_csv_reads_back_as_one_report_per_link_rate(tmp_path, capsys) -> None:
@@ -337,3 +338,29 @@ def test_paper_setting_records_each_zen_path_once_and_zen_takes_the_faster() -> 
     assert set(got) == {"none", "allreduce", "zen", "zen-bp", "zen-hc"}
     assert got["zen"].step_s == min(got["zen-bp"].step_s, got["zen-hc"].step_s)
     assert all(r.step_s >= got["none"].step_s for r in got.values())
+
+
+@needs_simgrid
+def test_fig8_simulated_is_never_faster_than_its_bytes_and_scales_the_byte_model(tmp_path) -> None:
+    """`simulator fig8` at 3 and 4 GPUs without latency: no scheme beats its busiest rank's bytes over the
+    link, AllReduce takes exactly the ring's closed form, and in element units BP's bytes are the byte model's
+    (zen.prediction, what `zen scale` draws) times the width that gives Table 1's size."""
+    from simulator.fig8 import table
+    from zen.prediction import predict, totals
+    from zen.types import WireLayout
+
+    gen = torch.Generator().manual_seed(3)
+    rows, rate = 3000, 25e9
+    sets = [torch.unique(torch.randint(0, rows, (150,), generator=gen)) for _ in range(4)]
+    torch.save({"rows": rows, "sets": sets}, tmp_path / "trace.pt")
+    names = ["allreduce", "agsparse", "sparcml", "omnireduce", "sparse_ps", "zen-bp", "zen-hc"]
+    out = table(tmp_path / "trace.pt", [3, 4], rate, names, latency_s=0.0)
+    assert sorted({r["scheme"] for r in out}) == sorted(names) and len(out) == 2 * len(names)
+    for r in out:
+        n, width = r["world_size"], r["width"]
+        assert r["sync_ms"] >= 1e3 * 8 * r["bytes_received_max"] / rate * (1 - 1e-9), r
+        if r["scheme"] == "allreduce":
+            assert r["sync_ms"] == pytest.approx(1e3 * 8 * 2 * (n - 1) / n * 4 * rows * width / rate, rel=1e-6)
+        if r["scheme"] == "zen-bp":
+            model = max(totals(predict("zen-bp", sets[:n], WireLayout(world_size=n, rows=rows, seed=0))))
+            assert r["bytes_received_max"] == width * model

@@ -25,6 +25,8 @@ if PAPER_SIM.get("workloads"):
     FIGURE_INPUTS["sim_paper"] = [AGG + "/sim_paper.csv"]
 if SIM_SETTINGS["beyond"].get("workloads"):
     FIGURE_INPUTS["sim_beyond"] = [AGG + "/sim_beyond.csv"]
+if FIG8_SIM.get("workloads"):
+    FIGURE_INPUTS["sim_fig8"] = [AGG + "/sim_fig8.csv"]
 
 
 rule plot_figure:

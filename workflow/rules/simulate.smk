@@ -179,3 +179,42 @@ rule aggregate_paper_sim:
         setting="paper|beyond",
     shell:
         "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"
+
+
+FIG8_SIM = SIM.get("fig8") or {}
+
+
+rule simulate_fig8:
+    """Fig 8 with latency and contention: each scheme's embedding sync on a flat cluster of 2..128 GPUs, from
+    the at-scale profile (paper density with the `table1` preset), beside the byte model's ratio."""
+    input:
+        RESULTS + f"/{UNION_PROFILE}/{{workload}}/traces.pt",
+    output:
+        RESULTS + "/sim/fig8/{workload}.csv",
+    log:
+        LOGS + "/simulate_fig8/{workload}.log",
+    benchmark:
+        BENCHMARKS + "/simulate_fig8/{workload}.tsv"
+    params:
+        folder=lambda wildcards: f"{RESULTS}/{UNION_PROFILE}/{wildcards.workload}",
+        world_sizes=csv_list(FIG8_SIM.get("world_sizes", [2, 4, 8, 16, 32, 64, 128])),
+        rate=FIG8_SIM.get("bandwidth", "25gbit"),
+        latency=FIG8_SIM.get("latency_us", 10),
+        schemes=csv_list(FIG8_SIM.get("schemes", [])),
+    shell:
+        "{PY} -m simulator fig8 --profile {params.folder} --workload {wildcards.workload} --world-sizes"
+        " {params.world_sizes} --bandwidth {params.rate} --latency-us {params.latency} --schemes {params.schemes}"
+        " --csv {output} > {log} 2>&1"
+
+
+rule aggregate_fig8_sim:
+    input:
+        expand(RESULTS + "/sim/fig8/{workload}.csv", workload=FIG8_SIM.get("workloads", [])),
+    output:
+        AGG + "/sim_fig8.csv",
+    log:
+        LOGS + "/aggregate_sim_fig8.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_sim_fig8.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"

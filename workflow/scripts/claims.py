@@ -83,14 +83,19 @@ def scale_claims(f: Frames) -> list[Claim]:
     return rows
 
 
-def _fig8_claims(cell: pd.DataFrame, trace: bool, density: float) -> list[Claim]:
+def _fig8_claims(cell: pd.DataFrame, trace: bool, density: float, simulated: str | None = None) -> list[Claim]:
     """One Fig 8 panel: where AGsparse crosses AllReduce, who beats AllReduce at the most GPUs, BP's time.
-    The paper's -36% is NMT's (a trace of its stand-in, or the pattern at its density)."""
+    The paper's -36% is NMT's (a trace of its stand-in, or the pattern at its density). `simulated`: the panel
+    is `simulator fig8`'s, and this says how (its workload column names the trace)."""
     source = str(cell["source"].iloc[0])
-    workload = Path(source).stem if trace else None
+    workload = str(cell["workload"].iloc[0]) if simulated else Path(source).stem if trace else None
     n_max = int(cell["world_size"].max())
     at = cell[cell["world_size"] == n_max].set_index("scheme")["normalized"]
-    if trace:
+    if simulated:
+        d_max = float(cell.loc[cell["world_size"].idxmax(), "density"])
+        what = f"{PAPER_NAME.get(workload, workload)} ({workload}) trace, simulated"
+        setting = f"{simulated}; {workload} trace ({d_max:.2%} per GPU)"
+    elif trace:
         d_max = float(cell.loc[cell["world_size"].idxmax(), "density"])
         what = f"{PAPER_NAME.get(workload, workload)} ({workload}) trace"
         setting = f"zen scale, {workload} trace (zen profile, {d_max:.2%} per GPU), exact bytes / 25 Gbps"
@@ -125,6 +130,22 @@ def _fig8_claims(cell: pd.DataFrame, trace: bool, density: float) -> list[Claim]
         rows.append(_row("Fig 8: BP without index = BP / 2", "0.5", f"{ratio:.2f}", setting,
                          verdict(ratio, 0.5, higher_is_better=False),
                          "index share of BP's payload depends on row width (values per index)"))
+    return rows
+
+
+def sim_fig8_claims(f: Frames) -> list[Claim]:
+    """Fig 8's claims on `simulator fig8`'s panel (latency and shared links), marked with the validation."""
+    s = f.get("sim_fig8")
+    if s is None or s.empty:
+        return []
+    err = validation_error(f.get("sim_validation"))
+    tag = "simulated, validated to " + (f"{err[0]:.0%} median / {err[1]:.0%} max" if err else "- (no validation)")
+    rows = []
+    for _, cell in s.groupby("workload"):
+        r = cell.iloc[0]
+        how = (f"{tag}; SimGrid, 2..{int(cell['world_size'].max())} GPUs one per machine, "
+               f"{r['bandwidth_gbps']:g} Gbps, {r['latency_us']:g} us a message, an index per {r['unit']}")
+        rows += _fig8_claims(cell, True, -1.0, simulated=how)
     return rows
 
 
@@ -459,9 +480,9 @@ def _sim_why(cell: pd.DataFrame) -> str:
             "the communication ratios more closely")
 
 
-CHECKS: list[Callable[[Frames], list[Claim]]] = [density_claims, scale_claims, cluster_claims, training_claims,
-                                                 compressed_claims,
-                                                 kernel_claims, pull_claims, simulator_claims, headline_claims]
+CHECKS: list[Callable[[Frames], list[Claim]]] = [density_claims, scale_claims, sim_fig8_claims, cluster_claims,
+                                                 training_claims, compressed_claims, kernel_claims, pull_claims,
+                                                 simulator_claims, headline_claims]
 
 
 def all_claims(frames: Frames) -> list[Claim]:

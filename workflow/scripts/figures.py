@@ -540,6 +540,27 @@ def sim_beyond(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     return fig, data
 
 
+def sim_fig8(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig 8 simulated (latency, links shared) beside the byte model at the same size, per workload."""
+    data = frames[0][["workload", "paper_name", "scheme", "world_size", "bandwidth_gbps", "latency_us", "unit",
+                      "density", "sync_ms", "normalized", "bytes_normalized", "messages"]]
+    cells = list(data.groupby("workload", sort=True))
+    fig, axes = _panels(2 * len(cells), width=5.2, height=3.8)
+    for k, (workload, cell) in enumerate(cells):
+        r = cell.iloc[0]
+        for ax, y, what in ((axes[2 * k], "normalized", "simulated: latency, shared links"),
+                            (axes[2 * k + 1], "bytes_normalized", "bytes only (the byte model)")):
+            _scheme_lines(ax, cell, y)
+            ax.axhline(1.0, color="black", lw=0.8, ls=":")
+            _log2_ranks(ax, cell["world_size"])
+            ax.set_xlabel("#GPUs (one per machine)")
+            ax.set_ylabel("comm time / AllReduce's")
+            ax.set_title(f"{r['paper_name']} ({workload}), {r['bandwidth_gbps']:g} Gbps: {what}", fontsize="medium")
+            ax.grid(alpha=0.3)
+    _legend(fig, axes)
+    return fig, data
+
+
 FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {
     "microbench_sim": microbench_sim,
     "microbench_real": microbench_real,
@@ -558,6 +579,7 @@ FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame
     "sim_validation": sim_validation,
     "sim_paper": sim_paper,
     "sim_beyond": sim_beyond,
+    "sim_fig8": sim_fig8,
 }
 
 

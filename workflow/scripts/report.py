@@ -24,7 +24,7 @@ from common import label, write_text
 
 AGGREGATES = {"bench": "microbench.csv", "pull": "pull.csv", "sparsity": "sparsity.csv", "scale": "scale.csv",
               "cluster": "cluster.csv", "sim_validation": "sim_validation.csv", "sim_paper": "sim_paper.csv",
-              "sim_beyond": "sim_beyond.csv",
+              "sim_beyond": "sim_beyond.csv", "sim_fig8": "sim_fig8.csv",
               "kernels": "kernels.csv", "training": "training.csv", "steps": "training_steps.csv",
               "compressed": "training_compressed.csv", "compressed_steps": "training_compressed_steps.csv",
               "torchrec": "training_torchrec.csv"}
@@ -84,6 +84,13 @@ FIGURE_TEXT = {
                    "Gbps NICs) from a 1,024-worker trace at Table 1's density, Zen's BP and HC paths apart: (a) "
                    "throughput vs GPUs, where each scheme crosses another; (b) HC's step over BP's (above 1: BP "
                    "faster). Simulated, not measured."),
+    "sim_fig8": ("Fig 8 with latency and contention, simulated",
+                 "Each scheme's sync of the embedding gradient alone on 2..128 GPUs, one per machine (the paper's "
+                 "analysis setting), on SimGrid: the real schemes' messages recorded on the profile's row sets, "
+                 "an index per element as in the paper's Fig 8, scaled to Table 1's parameters; every message "
+                 "pays the link latency and flows meeting on a NIC share it. (a) simulated time over "
+                 "AllReduce's; (b) the busiest rank's bytes over AllReduce's (the byte model, same size). "
+                 "Simulated, not measured."),
     "fig16_hashing": ("Fig 16: hashing time vs r1 and k",
                       "Time of the native hierarchical hashing kernel vs the parallel-region size factor r1 and "
                       "the number of probes k, with the share of indices left to the serial region "
@@ -129,6 +136,8 @@ PAPER_NUMBERS = {
                    "6.77x on LSTM and 2.10x on DeepFM",
     "sim_validation": "no figure in the paper: the simulator's error decides how far its numbers can be trusted",
     "sim_beyond": "no figure in the paper: the paper stops at 16 machines x 8 GPUs and 100 Gbps",
+    "sim_fig8": "Fig 8 (NMT, 2..128 GPUs), AGsparse is worse than AllReduce above ~40 GPUs; at 128 GPUs only BP "
+                "beats AllReduce (0.64x its time)",
     "sim_paper": "Fig 11 (25 Gbps): 3.1x / 1.67x / 2.48x over AllReduce / SparCML / OmniReduce on LSTM; Fig 12 "
                  "(100 Gbps): 1.44x over SparCML on LSTM; Fig 15: 6.77x (LSTM), 2.10x (DeepFM) over AllReduce",
     "fig16_hashing": "Fig 16, r1 = 2·|G|·d_G is fastest and k = 3 about as fast as k = 4 (about 6 ms for 214M "
