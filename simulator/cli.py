@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--gpus-per-node", type=positive_int, default=8)
     pp.add_argument("--bandwidth", type=_rate, action="append", help="NIC rate (repeatable; default 25gbit)")
     pp.add_argument("--schemes", default="allreduce,agsparse,sparcml,omnireduce,sparse_ps,zen")
+    pp.add_argument("--jobs", type=positive_int, default=1, help="simulations at once (each one core)")
     pp.add_argument("--csv", type=Path, required=True)
     f = sub.add_parser("fig8", help="Fig 8 with latency and contention, from a paper-density trace")
     f.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
@@ -135,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         if not (args.profile / "traces.pt").is_file():
             raise UsageError(f"--profile {args.profile}: no traces.pt there")
         rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
-                     args.schemes.split(","))
+                     args.schemes.split(","), args.jobs)
         write_csv(args.csv, rows)
         for r in rows:
             print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "

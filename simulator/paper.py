@@ -169,10 +169,10 @@ def variants(name: str) -> list[tuple[str, dict[str, object]]]:
 
 
 def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
-             schemes: list[str], latency_s: float = 10e-6) -> dict[float, dict[str, StepResult]]:
+             schemes: list[str], latency_s: float = 10e-6, jobs: int = 1) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
     "none" computing only. Schedules are recorded once and replayed at every rate; zen is whichever of its
-    two paths (BP, HC) gives the shorter step, as its trial picks."""
+    two paths (BP, HC) gives the shorter step, as its trial picks. `jobs`: simulations run at once."""
     s = SETTINGS[workload]
     width = paper_width(s, rows)
     t = roofline(s)
@@ -181,26 +181,26 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
         raise ValueError(f"the trace has {len(sets)} workers, fewer than {world} GPUs")
     shards = node_shards(sets[:world], nodes, gpus, rows) if nodes > 1 else None
     dense = [[Comm("all_reduce", "dense", nbytes=4 * int(s.dense_params))] for _ in range(world)]
-    jobs: dict[tuple, Calls | None] = {("none",): None}  # one recording and simulation per variant
+    calls_of: dict[tuple, Calls | None] = {("none",): None}  # one recording and simulation per variant
     paths: dict[str, list[tuple]] = {"none": [("none",)]}
     for name in schemes:
         for scheme, options in variants(name):
             key = (scheme, *sorted(options.items()))
             paths.setdefault(name, []).append(key)
-            if key in jobs:  # zen's paths again for zen-bp or zen-hc
+            if key in calls_of:  # zen's paths again for zen-bp or zen-hc
                 continue
             if make_scheme(scheme, **options).sparse_input:
                 cross = record_cross(scheme, shards, rows, width, **options) if shards is not None else None
                 emb = embedding_calls(cross, nodes, gpus, rows, width)
             else:
                 emb = [[Comm("all_reduce", "emb", nbytes=4 * rows * width)] for _ in range(world)]
-            jobs[key] = {(0, 0): dense, (1, 0): emb}
+            calls_of[key] = {(0, 0): dense, (1, 0): emb}
     streams = [step_streams("none", world, t) if calls is None else step_streams("hook", world, t, calls, lanes=1)
-               for calls in jobs.values()]
+               for calls in calls_of.values()]
     out: dict[float, dict[str, StepResult]] = {}
     for rate in rates:
         plat = platform.gpu_cluster(nodes, gpus, rate, NVLINK_BPS, latency_s)
-        results = dict(zip(jobs, engine.simulate_many([(plat, st) for st in streams]), strict=True))
+        results = dict(zip(calls_of, engine.simulate_many([(plat, st) for st in streams], jobs), strict=True))
         best = {name: min((results[k] for k in keys), key=lambda r: r.step_s) for name, keys in paths.items()}
         out[rate] = best
     return out
@@ -221,8 +221,8 @@ def model_comm(workload: str, profile: tuple[list[dict], list[list[torch.Tensor]
     return step_time(scheme, params, sets, int(s.dense_params), cl)["comm_s"]
 
 
-def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str]
-          ) -> list[dict[str, object]]:
+def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str],
+          jobs: int = 1) -> list[dict[str, object]]:
     """CSV rows: every scheme's simulated step at every machine count and NIC rate, with Zen's speedups over
     it (throughput, and exposed communication) and the analytical model's communication time beside."""
     from harness.bench.cluster import load_profile
@@ -232,7 +232,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     s = SETTINGS[workload]
     out: list[dict[str, object]] = []
     for nodes in node_counts:
-        for rate, res in simulate(workload, sets, rows, nodes, gpus, rates, schemes).items():
+        for rate, res in simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs).items():
             base = res.pop("none").step_s
             zen = res["zen"].step_s
             for name, r in res.items():

@@ -153,6 +153,7 @@ rule simulate_paper:
         BENCHMARKS + "/simulate_{setting}/{workload}.tsv"
     wildcard_constraints:
         setting="paper|beyond",
+    threads: 2  # simulations at once (`--jobs`), each one core
     params:
         folder=sim_trace_folder,
         nodes=lambda wildcards: csv_list(SIM_SETTINGS[wildcards.setting].get("nodes", [16])),
@@ -162,7 +163,8 @@ rule simulate_paper:
         schemes=lambda wildcards: csv_list(SIM_SETTINGS[wildcards.setting].get("schemes", [])),
     shell:
         "{PY} -m simulator paper --profile {params.folder} --workload {wildcards.workload} --nodes {params.nodes}"
-        " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --csv {output} > {log} 2>&1"
+        " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --jobs {threads} --csv {output}"
+        " > {log} 2>&1"
 
 
 rule aggregate_paper_sim:
