@@ -196,11 +196,9 @@ class RulesGroup(dist.ProcessGroup):
         self._publish(f"{self.executor.current} [waiting at {key}]")
         deadline = time.monotonic() + self.timeout.total_seconds()
         while True:
-            try:
-                self.store.wait(keys, datetime.timedelta(seconds=DEADLOCK_S))
+            if self._arrived(keys, DEADLOCK_S):
                 return {p: self.store.get(k).decode() for p, k in zip(peers, keys, strict=True)}
-            except Exception:  # noqa: BLE001 - the store's timeout: who is late, and is it stuck?
-                late = [p for p, k in zip(peers, keys, strict=True) if not self.store.check([k])]
+            late = [p for p, k in zip(peers, keys, strict=True) if not self.store.check([k])]  # is it stuck?
             blocked = {p: self._current(p) for p in late}
             for p, d in blocked.items():
                 if d.startswith(BROKEN):
@@ -216,6 +214,18 @@ class RulesGroup(dist.ProcessGroup):
                     f"rank's operations in issue order, so this never completes")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{NAME}: rank {self._rank}: {what} timed out waiting for ranks {late}")
+
+    def _arrived(self, keys: list[str], seconds: float) -> bool:
+        """Whether every key is set within `seconds`, polled: a blocking store.wait holds the process's one store
+        connection for as long as it waits, so another thread's publish (another group's meet that a peer waits
+        on) queued behind it until the wait timed out: DEADLOCK_S of nothing, many times a test."""
+        until, pause = time.monotonic() + seconds, 0.001
+        while not self.store.check(keys):
+            if time.monotonic() >= until:
+                return False
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+        return True
 
     def _current(self, rank: int) -> str:
         key = f"current/{rank}"
