@@ -19,28 +19,14 @@ latency and contention change is read off one line.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 from harness.bench.scale import load_trace
 from simulator import engine, platform
 from simulator.paper import NVLINK_BPS, SETTINGS, paper_width, record_cross, variants
-from simulator.platform import Platform
+from simulator.record import counted
 from simulator.schedule import Comm, Item, Stream
 from zen.registry import make_scheme
-
-
-def received(calls: list[list[Item]], plat: Platform) -> list[int]:
-    """Bytes each rank receives over the calls, as the engine moves them (collectives expanded)."""
-    world = plat.world_size
-    got: dict[int, int] = defaultdict(int)
-    for rank, items in enumerate(calls):
-        for op in items:
-            if isinstance(op, Comm):
-                for sends, _, _ in engine.rounds(op, rank, world, plat):
-                    for peer, nbytes in sends:
-                        got[peer] += nbytes
-    return [got[r] for r in range(world)]
 
 
 def sync_calls(scheme: str, options: dict[str, object], sets: list, rows: int, width: int, unit: str
@@ -82,7 +68,7 @@ def table(trace: Path, world_sizes: list[int], rate: float, schemes: list[str], 
         results, got = {}, {}
         for (name, _, _), res, c in zip(keys, engine.simulate_many(jobs), calls, strict=True):
             if name not in results or res.step_s < results[name].step_s:  # zen: the faster of its paths
-                results[name], got[name] = res, max(received(c, plat))
+                results[name], got[name] = res, max(counted(c[r], r, world)[1] for r in range(world))
         base_s, base_bytes = results["allreduce"].step_s, got["allreduce"]
         density = sum(len(x) for x in sets[:world]) / world / rows
         for name in names:
