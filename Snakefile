@@ -43,6 +43,7 @@ localrules:
     aggregate_validation,
     aggregate_paper_sim,
     aggregate_fig8_sim,
+    aggregate_llm_sim,
     aggregate_torchrec,
     log_bench_wandb,
     plot_figure,

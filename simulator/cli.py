@@ -5,6 +5,7 @@
   validate   one emulated-cluster cell simulated, beside what `zen train` measured there
   paper      the paper's cluster (and larger) simulated from a paper-density trace
   fig8       Fig 8 with latency and contention: each scheme's embedding sync on a flat cluster
+  llm        Figs 13/14: an LLM with DGC top-5%, tensor parallel in a machine, from a DGC trace
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--bandwidth", type=_rate, action="append", help="NIC rate (repeatable; default 25gbit)")
     pp.add_argument("--schemes", default="allreduce,agsparse,sparcml,omnireduce,sparse_ps,zen")
     pp.add_argument("--jobs", type=positive_int, default=1, help="simulations at once (each one core)")
+    pp.add_argument("--per", choices=["gpu", "machine"], default="gpu",
+                    help="gpu: every GPU its own flows; machine: a machine's GPUs as one endpoint (1/8 of the "
+                         "flows: how 1,024 GPUs fit here; docs/simulator.md)")
     pp.add_argument("--csv", type=Path, required=True)
     f = sub.add_parser("fig8", help="Fig 8 with latency and contention, from a paper-density trace")
     f.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
@@ -74,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an index per element (the paper's Fig 8) or per embedding row (the real system's)")
     f.add_argument("--schemes", default="allreduce,agsparse,sparcml,omnireduce,sparse_ps,zen-bp,zen-hc")
     f.add_argument("--csv", type=Path, required=True)
+    lm = sub.add_parser("llm", help="Figs 13/14: an LLM with DGC top-5%%, from a `zen profile --compress` trace")
+    lm.add_argument("--profile", type=Path, required=True, help="a `zen profile --compress dgc --out` folder")
+    lm.add_argument("--model", default="opt-2.7b", help="opt-2.7b, llama3.2-3b or gemma2-2b")
+    lm.add_argument("--nodes", type=world_sizes, default=[2, 4, 8, 16])
+    lm.add_argument("--bandwidth", type=_rate, action="append", help="NIC rate (repeatable; default 25gbit)")
+    lm.add_argument("--schemes", default="allreduce,agsparse,sparcml,omnireduce,zen")
+    lm.add_argument("--jobs", type=positive_int, default=1, help="simulations at once (each one core)")
+    lm.add_argument("--csv", type=Path, required=True)
     return p
 
 
@@ -136,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
         if not (args.profile / "traces.pt").is_file():
             raise UsageError(f"--profile {args.profile}: no traces.pt there")
         rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
-                     args.schemes.split(","), args.jobs)
+                     args.schemes.split(","), args.jobs, args.per)
         write_csv(args.csv, rows)
         for r in rows:
             print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
@@ -156,5 +168,27 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(f"--latency-us must be >= 0, got {args.latency_us}")
         write_csv(args.csv, fig8_table(args.profile / "traces.pt", args.world_sizes, args.bandwidth,
                                        args.schemes.split(","), args.workload, 1e-6 * args.latency_us, args.unit))
+        return 0
+    if args.command == "llm":
+        from harness.provenance import write_csv
+        from simulator.llm import MODELS
+        from simulator.llm import table as llm_table
+
+        if not (args.profile / "traces.pt").is_file():
+            raise UsageError(f"--profile {args.profile}: no traces.pt there")
+        if args.model not in MODELS:
+            raise UsageError(f"--model: unknown {args.model!r}; choose from {', '.join(MODELS)}")
+        if min(args.nodes) < 2:
+            raise UsageError("--nodes: data parallelism across machines needs at least 2")
+        try:
+            rows = llm_table(args.profile, args.model, args.nodes, args.bandwidth or [25e9], args.schemes.split(","),
+                             args.jobs)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        write_csv(args.csv, rows)
+        for r in rows:
+            print(f"{r['paper_name']:>11} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
+                  f"{r['scheme']:>11}  step {r['step_ms']:9.1f} ms  exposed comm {r['exposed_comm_ms']:9.1f} ms  "
+                  f"zen over it {r['zen_speedup']:.2f}x, comm {r['zen_comm_speedup']:.2f}x")
         return 0
     raise UsageError(f"unknown command {args.command}")

@@ -26,6 +26,7 @@ from simulator import engine, platform
 from simulator.paper import NVLINK_BPS, SETTINGS, paper_width, record_cross, variants
 from simulator.record import counted
 from simulator.schedule import Comm, Item, Stream
+from simulator.widths import tiled
 from zen.registry import make_scheme
 
 
@@ -38,15 +39,8 @@ def sync_calls(scheme: str, options: dict[str, object], sets: list, rows: int, w
         return [[Comm("all_reduce", "emb", nbytes=4 * rows * width)] for _ in sets]
     shards = [[s] for s in sets]  # one GPU per machine: each machine's one shard is its worker's rows
     if unit == "row":
-        return record_cross(scheme, shards, rows, width, **options)[0]
-    return [[_scaled(op, width) for op in items] for items in record_cross(scheme, shards, rows, 1, **options)[0]]
-
-
-def _scaled(op: Item, k: int) -> Item:
-    if not isinstance(op, Comm):
-        return op
-    return Comm(op.kind, op.call, {p: k * b for p, b in op.sends.items()}, {p: k * b for p, b in op.recvs.items()},
-                k * op.nbytes, op.itemsize, op.group)
+        return record_cross(scheme, shards, [rows], width, **options)[0]
+    return [tiled(items, width) for items in record_cross(scheme, shards, [rows], 1, **options)[0]]
 
 
 def table(trace: Path, world_sizes: list[int], rate: float, schemes: list[str], workload: str = "gpt2",

@@ -13,6 +13,7 @@ roofline (`V100`), local work of a sparse call one pass over its shard at the pa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,30 +93,35 @@ def node_shards(sets: list[torch.Tensor], nodes: int, gpus: int, rows: int) -> l
     return out
 
 
-def record_cross(scheme: str, shards: list[list[torch.Tensor]], rows: int, width: int, seed: int = 0,
+def shard_sizes(rows: int, gpus: int) -> list[int]:
+    """Rows of each contiguous shard of a table of `rows` (zen.twolevel's split)."""
+    bounds = shard_bounds(rows, gpus)
+    return [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def record_cross(scheme: str, shards: list[list[torch.Tensor]], sizes: list[int], width: int, seed: int = 0,
                  **options: object) -> list[list[list[Item]]]:
-    """[shard][node]: the messages of the scheme across machines on each shard of the machines' sums, from the
-    real code on COO inputs with a COO result (memory for the rows only): from two narrower recordings where
-    that is exact (simulator.widths.plan), else at `width` itself. Local work is left out (the caller charges
-    the GPU's hashing rate)."""
+    """[shard][node]: the messages of the scheme across machines on each shard (`sizes[j]` rows) of the
+    machines' sums, from the real code on COO inputs with a COO result (memory for the rows only): from two
+    narrower recordings where that is exact (simulator.widths.plan), else at `width` itself. Local work is left
+    out (the caller charges the GPU's hashing rate)."""
     how = plan(scheme, width, dict(options))
     if how is not None:
-        narrow, wider = (_record_cross(scheme, shards, rows, w, seed, opts)
+        narrow, wider = (_record_cross(scheme, shards, sizes, w, seed, opts)
                          for w, opts in zip(how.widths, how.options, strict=True))
         return [extrapolate(a, b, how.target) for a, b in zip(narrow, wider, strict=True)]
-    exact = _record_cross(scheme, shards, rows, width, seed, dict(options))
+    exact = _record_cross(scheme, shards, sizes, width, seed, dict(options))
     return [[[i for i in items if isinstance(i, Comm)] for items in shard] for shard in exact]
 
 
-def _record_cross(scheme: str, shards: list[list[torch.Tensor]], rows: int, width: int, seed: int,
+def _record_cross(scheme: str, shards: list[list[torch.Tensor]], sizes: list[int], width: int, seed: int,
                   options: dict[str, object]) -> list[list[list[Item]]]:
     nodes, gpus = len(shards), len(shards[0])
-    bounds = shard_bounds(rows, gpus)
     out = []
     for j in range(gpus):
         gen = torch.Generator().manual_seed(seed + j)
         tensors = [torch.sparse_coo_tensor(ids.unsqueeze(0), torch.randn(len(ids), width, generator=gen),
-                                           (bounds[j + 1] - bounds[j], width), check_invariants=False).coalesce()
+                                           (sizes[j], width), check_invariants=False).coalesce()
                    for ids in (shards[m][j] for m in range(nodes))]
         instances = [make_scheme(scheme, **options) for _ in range(nodes)]
 
@@ -151,6 +157,38 @@ def embedding_calls(cross: list[list[list[Item]]] | None, nodes: int, gpus: int,
     return out
 
 
+def machine_calls(cross: list[list[list[Item]]], nodes: int, gpus: int, rows: int, width: int) -> list[list[Item]]:
+    """`embedding_calls` with each machine as one endpoint (`per="machine"`): its GPUs' cross-machine messages
+    merged, the k-th primitive of every shard group into one carrying their summed bytes (one flow per machine
+    pair and phase instead of `gpus`), the reduce-scatter and all-gather inside the machine by their NVLink
+    closed form. ValueError where the shard groups' schedules differ in shape (then they cannot merge)."""
+    sizes = shard_sizes(rows, gpus)
+    inside = nvlink_s(4 * width * max(sizes) * (gpus - 1), gpus - 1) if gpus > 1 else 0.0
+    out = []
+    for m in range(nodes):
+        groups = [[i for i in cross[j][m] if isinstance(i, Comm)] for j in range(gpus)]
+        if len({tuple((i.kind, i.itemsize, i.group) for i in g) for g in groups}) != 1:
+            raise ValueError(f"machine {m}: its shard groups' primitives differ; simulate per GPU")
+        merged = [Comm(ops[0].kind, ops[0].call, _summed(o.sends for o in ops), _summed(o.recvs for o in ops),
+                       sum(o.nbytes for o in ops), ops[0].itemsize, ops[0].group) for ops in zip(*groups, strict=True)]
+        out.append([Compute(inside), Compute(4 * width * max(sizes) / 4 / V100_HASH_RATE), *merged,
+                    Compute(inside)])
+    return out
+
+
+def _summed(maps: Iterable[dict[int, int]]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for peers in maps:
+        for p, b in peers.items():
+            out[p] = out.get(p, 0) + b
+    return out
+
+
+def nvlink_s(nbytes: float, steps: int, intra_latency_s: float = 2e-6) -> float:
+    """A GPU's `nbytes` over its NVLink inside the machine in `steps` messages (platform.gpu_cluster's link)."""
+    return 8 * nbytes / NVLINK_BPS + steps * intra_latency_s
+
+
 def _global(item: Comm, j: int, gpus: int, nodes: int) -> Comm:
     """A cross-machine primitive of shard group j: machine m's rank becomes GPU m * gpus + j (a collective
     runs among the group's GPUs)."""
@@ -169,18 +207,31 @@ def variants(name: str) -> list[tuple[str, dict[str, object]]]:
 
 
 def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
-             schemes: list[str], latency_s: float = 10e-6, jobs: int = 1) -> dict[float, dict[str, StepResult]]:
+             schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu"
+             ) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
     "none" computing only. Schedules are recorded once and replayed at every rate; zen is whichever of its
-    two paths (BP, HC) gives the shorter step, as its trial picks. `jobs`: simulations run at once."""
+    two paths (BP, HC) gives the shorter step, as its trial picks. `jobs`: simulations run at once. `per`:
+    "gpu", every GPU a rank with its own flows; "machine", every machine one endpoint (`machine_calls`: 1/gpus
+    of the flows, so 1,024 GPUs fit SimGrid's sharing solver here; tests hold it against "gpu")."""
     s = SETTINGS[workload]
     width = paper_width(s, rows)
     t = roofline(s)
     world = nodes * gpus
     if len(sets) < world:
         raise ValueError(f"the trace has {len(sets)} workers, fewer than {world} GPUs")
+    if per not in ("gpu", "machine"):
+        raise ValueError(f"per must be 'gpu' or 'machine', got {per!r}")
     shards = node_shards(sets[:world], nodes, gpus, rows) if nodes > 1 else None
-    dense = [[Comm("all_reduce", "dense", nbytes=4 * int(s.dense_params))] for _ in range(world)]
+    by_machine = per == "machine" and shards is not None
+    ranks = nodes if by_machine else world
+    dense_bytes = 4 * int(s.dense_params)
+    if by_machine:  # NCCL's two-level all-reduce: the ring inside by its NVLink closed form, one ring across
+        inside = nvlink_s(dense_bytes * (gpus - 1) / gpus, gpus - 1)
+        dense = [[Compute(inside), Comm("all_reduce", "dense", nbytes=dense_bytes), Compute(inside)]
+                 for _ in range(ranks)]
+    else:
+        dense = [[Comm("all_reduce", "dense", nbytes=dense_bytes)] for _ in range(world)]
     calls_of: dict[tuple, Calls | None] = {("none",): None}  # one recording and simulation per variant
     paths: dict[str, list[tuple]] = {"none": [("none",)]}
     for name in schemes:
@@ -190,16 +241,23 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
             if key in calls_of:  # zen's paths again for zen-bp or zen-hc
                 continue
             if make_scheme(scheme, **options).sparse_input:
-                cross = record_cross(scheme, shards, rows, width, **options) if shards is not None else None
-                emb = embedding_calls(cross, nodes, gpus, rows, width)
+                cross = record_cross(scheme, shards, shard_sizes(rows, gpus), width, **options) \
+                    if shards is not None else None
+                emb = machine_calls(cross, nodes, gpus, rows, width) if by_machine else \
+                    embedding_calls(cross, nodes, gpus, rows, width)
+            elif by_machine:
+                inside = nvlink_s(4 * rows * width * (gpus - 1) / gpus, gpus - 1)
+                emb = [[Compute(inside), Comm("all_reduce", "emb", nbytes=4 * rows * width), Compute(inside)]
+                       for _ in range(ranks)]
             else:
                 emb = [[Comm("all_reduce", "emb", nbytes=4 * rows * width)] for _ in range(world)]
             calls_of[key] = {(0, 0): dense, (1, 0): emb}
-    streams = [step_streams("none", world, t) if calls is None else step_streams("hook", world, t, calls, lanes=1)
+    streams = [step_streams("none", ranks, t) if calls is None else step_streams("hook", ranks, t, calls, lanes=1)
                for calls in calls_of.values()]
     out: dict[float, dict[str, StepResult]] = {}
     for rate in rates:
-        plat = platform.gpu_cluster(nodes, gpus, rate, NVLINK_BPS, latency_s)
+        plat = platform.machines(nodes, rate, latency_s, cores=2 * gpus + 2) if by_machine else \
+            platform.gpu_cluster(nodes, gpus, rate, NVLINK_BPS, latency_s)
         results = dict(zip(calls_of, engine.simulate_many([(plat, st) for st in streams], jobs), strict=True))
         best = {name: min((results[k] for k in keys), key=lambda r: r.step_s) for name, keys in paths.items()}
         out[rate] = best
@@ -222,7 +280,7 @@ def model_comm(workload: str, profile: tuple[list[dict], list[list[torch.Tensor]
 
 
 def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str],
-          jobs: int = 1) -> list[dict[str, object]]:
+          jobs: int = 1, per: str = "gpu") -> list[dict[str, object]]:
     """CSV rows: every scheme's simulated step at every machine count and NIC rate, with Zen's speedups over
     it (throughput, and exposed communication) and the analytical model's communication time beside."""
     from harness.bench.cluster import load_profile
@@ -232,7 +290,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     s = SETTINGS[workload]
     out: list[dict[str, object]] = []
     for nodes in node_counts:
-        for rate, res in simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs).items():
+        for rate, res in simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per).items():
             base = res.pop("none").step_s
             zen = res["zen"].step_s
             for name, r in res.items():
@@ -246,5 +304,5 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
                             "zen_comm_speedup": exposed / (zen - base) if zen > base else float("nan"),
                             "model_comm_ms": 1e3 * model_comm(workload, model, name, nodes, gpus, rate, rows),
                             "messages": r.messages, "timeline": roofline(s).source,
-                            "width": paper_width(s, rows), "rows": rows})
+                            "width": paper_width(s, rows), "rows": rows, "per": per})
     return out

@@ -64,6 +64,19 @@ def emulated(ranks: int, link_bps: float, cores: int = 2, latency_s: float = 0.0
                     tuple(f"rank{r}" for r in range(ranks)), ("cpu",) * ranks, latency_s=latency_s)
 
 
+def machines(nodes: int, nic_bps: float, latency_s: float = 10e-6, cores: int = 1) -> Platform:
+    """A flat cluster of `nodes` NICs of `nic_bps` each way on a full-bisection switch, one host per machine
+    with `cores` cores (gpu_cluster's one GPU per machine; several cores: a machine of GPUs simulated as one
+    endpoint, simulator.paper's `per="machine"`, its GPUs' concurrent work not slowing each other)."""
+    xml = (HEADER + '<zone id="world" routing="Full">\n'
+           f'  <cluster id="nics" prefix="gpu" suffix="" radical="0-{nodes - 1}" speed="{SPEED:.0f}f"'
+           f' core="{cores}" bw="{_bps(nic_bps)}" lat="{latency_s / 2:.9g}s" sharing_policy="SPLITDUPLEX"/>\n'
+           '</zone>\n</platform>\n')
+    hosts = tuple(f"gpu{r}" for r in range(nodes))
+    return Platform(f"{nodes} x 1 {'GPU' if cores == 1 else 'machine'}, NIC {nic_bps / 1e9:g} Gbit/s", xml, hosts,
+                    hosts, all_gather="ring", latency_s=latency_s, collapse=True)
+
+
 def gpu_cluster(nodes: int, gpus_per_node: int, nic_bps: float, intra_bps: float, latency_s: float = 10e-6,
                 intra_latency_s: float = 2e-6) -> Platform:
     """`nodes` machines of `gpus_per_node` GPUs: inside a machine every GPU has its own link (NVLink) of
@@ -73,13 +86,7 @@ def gpu_cluster(nodes: int, gpus_per_node: int, nic_bps: float, intra_bps: float
     in the machine adds `intra_latency_s`). Rings run collapsed (engine._ring)."""
     gpu = f'speed="{SPEED:.0f}f"'
     if gpus_per_node == 1:
-        xml = (HEADER + '<zone id="world" routing="Full">\n'
-               f'  <cluster id="nics" prefix="gpu" suffix="" radical="0-{nodes - 1}" {gpu}'
-               f' bw="{_bps(nic_bps)}" lat="{latency_s / 2:.9g}s" sharing_policy="SPLITDUPLEX"/>\n'
-               '</zone>\n</platform>\n')
-        hosts = tuple(f"gpu{r}" for r in range(nodes))
-        return Platform(f"{nodes} x 1 GPU, NIC {nic_bps / 1e9:g} Gbit/s", xml, hosts, hosts, all_gather="ring",
-                        latency_s=latency_s, collapse=True)
+        return machines(nodes, nic_bps, latency_s)
     lines = [HEADER + '<zone id="world" routing="Full">']
     for m in range(nodes):
         first = m * gpus_per_node

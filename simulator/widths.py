@@ -91,3 +91,10 @@ def _line(a: Comm, b: Comm, target: int) -> Comm:
     return Comm(a.kind, a.call, {p: _at(n, b.sends[p], target) for p, n in a.sends.items()},
                 {p: _at(n, b.recvs[p], target) for p, n in a.recvs.items()}, _at(a.nbytes, b.nbytes, target),
                 a.itemsize, a.group)
+
+
+def tiled(items: Sequence[Item], k: int) -> list[Item]:
+    """A rank's messages with every byte count times `k`: the recorded problem's pattern repeated k times, as
+    the paper's element-level analysis scales a trace (headers scale too, a few bytes a message)."""
+    return [Comm(i.kind, i.call, {p: k * b for p, b in i.sends.items()}, {p: k * b for p, b in i.recvs.items()},
+                 k * i.nbytes, i.itemsize, i.group) if isinstance(i, Comm) else i for i in items]

@@ -22,7 +22,7 @@ import figures  # noqa: E402
 import report  # noqa: E402
 
 SCHEMES = ["allreduce", "agsparse", "sparcml", "zen"]
-SIMULATOR_FIGURES = {"sim_validation", "sim_paper", "sim_beyond", "sim_fig8"}
+SIMULATOR_FIGURES = {"sim_validation", "sim_paper", "sim_beyond", "sim_fig8", "sim_llm"}
 
 
 def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
@@ -93,6 +93,15 @@ def test_fig8_simulated_dry_run(tmp_path):
         == {"profile_at_scale": 1, "simulate_fig8": 1, "aggregate_fig8_sim": 1, "plot_figure": 1}, jobs
     assert "--world-sizes 2,4,8,16,32,64,128" in plan and "--latency-us 10" in plan and "--workload gpt2" in plan
     assert "train_workload" not in jobs, jobs
+
+
+def test_llm_simulated_dry_run(tmp_path):
+    """The paper config's `simulator.llm`: one DGC profile, one simulation per LLM, one figure."""
+    jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/paper.yaml", "-p", "results/figures/sim_llm.png")
+    assert {k: jobs.get(k) for k in ("profile_compressed", "simulate_llm", "aggregate_llm_sim", "plot_figure")} \
+        == {"profile_compressed": 1, "simulate_llm": 3, "aggregate_llm_sim": 1, "plot_figure": 1}, jobs
+    assert "--compress dgc --density 0.05 --compress-option warmup_steps=20" in plan and "--workers 16" in plan
+    assert "--model gemma2-2b" in plan and "--bandwidth 100gbit" in plan and "train_workload" not in jobs, jobs
 
 
 @pytest.mark.parametrize("name", ["default", "paper"])

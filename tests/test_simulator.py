@@ -218,7 +218,7 @@ def _record_coo(scheme: str, ids: list[torch.Tensor], rows: int, width: int, **o
     from simulator.paper import _record_cross
 
     shards = [[i] for i in ids]
-    return [[i for i in items if isinstance(i, Comm)] for items in _record_cross(scheme, shards, rows, width, 0,
+    return [[i for i in items if isinstance(i, Comm)] for items in _record_cross(scheme, shards, [rows], width, 0,
                                                                                   options)[0]]
 
 
@@ -364,3 +364,49 @@ def test_fig8_simulated_is_never_faster_than_its_bytes_and_scales_the_byte_model
         if r["scheme"] == "zen-bp":
             model = max(totals(predict("zen-bp", sets[:n], WireLayout(world_size=n, rows=rows, seed=0))))
             assert r["bytes_received_max"] == width * model
+
+
+def test_llm_slices_are_each_tensors_piece_and_the_pattern_counts_blocks() -> None:
+    """Tensor parallelism in simulator.llm: GPU j's slice is piece j of every tensor, laid end to end; the union's
+    density and the share of blocks it touches are counted per slice."""
+    from simulator.llm import TP, pattern, tp_slices
+
+    sizes, chosen = [10, 6], [[torch.tensor([1, 7]), torch.tensor([2, 4])], [torch.tensor([8]), torch.tensor([0])]]
+    slice_sizes, slices = tp_slices(sizes, chosen, 2)
+    assert slice_sizes == [8, 8]
+    assert [s.tolist() for s in slices[0]] == [[1, 7], [2, 6]] and [s.tolist() for s in slices[1]] == [[5], [3]]
+    big = [TP * 64]  # one tensor, 64 elements a slice: 4 blocks of 16 each
+    union, blocks = pattern(big, [[torch.arange(0, TP * 64, 32)], [torch.arange(1, TP * 64, 32)]], block=16)
+    assert union == pytest.approx(2 / 32) and blocks == pytest.approx(0.5)
+
+
+@needs_simgrid
+def test_llm_simulated_allreduce_takes_the_nic_bound_and_zen_is_its_faster_path(tmp_path) -> None:
+    """`python -m simulator llm` on a synthetic DGC trace (3 workers, two tensors): AllReduce's exposed time is the
+    ring's bytes of the machine's 8 slices through its one NIC (the bytes dwarf latency at the LLM's size), no
+    step beats compute alone, and zen is the faster of BP and HC."""
+    import csv
+
+    from simulator.cli import main
+    from simulator.llm import MODELS, TP
+
+    gen = torch.Generator().manual_seed(5)
+    sizes = [4000, 2000]
+    params = [{"name": f"h.{k}.weight", "rows": n, "width": 1} for k, n in enumerate(sizes)]
+    step = [[torch.randperm(n, generator=gen)[: n // 20].sort().values.int() for n in sizes] for _ in range(3)]
+    (tmp_path / "p").mkdir()
+    torch.save({"params": params, "indices": [step], "losses": [[0.0] * 3]}, tmp_path / "p" / "traces.pt")
+    out = tmp_path / "llm.csv"
+    assert main(["llm", "--profile", str(tmp_path / "p"), "--nodes", "2,3", "--csv", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert {r["scheme"] for r in rows} == {"allreduce", "agsparse", "sparcml", "omnireduce", "zen"}
+    k = round(MODELS["opt-2.7b"].params / sum(sizes))
+    for r in rows:
+        n = int(r["nodes"])
+        assert float(r["step_ms"]) >= float(r["compute_ms"])
+        if r["scheme"] == "zen":
+            assert float(r["zen_speedup"]) == 1.0
+        if r["scheme"] == "allreduce":
+            nic_bytes = 2 * (n - 1) / n * 4 * k * sum(sizes)  # the TP slices of a machine add up to the model
+            assert float(r["exposed_comm_ms"]) == pytest.approx(1e3 * 8 * nic_bytes / 25e9, rel=0.02), (r, TP)
+    assert main(["llm", "--profile", str(tmp_path / "p"), "--nodes", "4", "--csv", str(out)]) == 2

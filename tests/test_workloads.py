@@ -224,3 +224,27 @@ def test_sampled_softmax_rows_come_with_the_batch() -> None:
         assert all(torch.equal(a, b) for a, b in zip(rows, backward_rows(workload, batch), strict=True))
     again = next(build_workload("lstm", "scaled", seed=0).batches(1, 4, 0))["noise"]
     assert torch.equal(again, next(workload.batches(1, 4, 0))["noise"])  # deterministic per rank
+
+
+def test_zen_profile_with_a_compressor_records_each_workers_choice_per_tensor(tmp_path) -> None:
+    """`zen profile --compress topk`: every parameter is a part of its own, so each worker's trace holds exactly
+    ceil(density x numel) ids of each tensor (top-k keeps that many), all within it; the workers differ (their
+    own batches and residuals) and the model trains on their chosen gradients; a bad option is one line."""
+    out = tmp_path / "topk"
+    rc = zen_main(["profile", "--workload", "lstm", "--preset", "tiny", "--workers", "3", "--steps", "2",
+                   "--compress", "topk", "--density", "0.1", "--out", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "profile.json").read_text())
+    assert summary["rows_from"] == "compressor" and summary["compress"]["name"] == "topk"
+    traces = torch.load(out / "traces.pt")
+    model = tiny("lstm").model
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert [(p["name"], p["rows"], p["width"]) for p in traces["params"]] == [(n, p.numel(), 1) for n, p in named]
+    for step in traces["indices"]:
+        for worker in step:
+            for ids, (_, p) in zip(worker, named, strict=True):
+                assert ids.numel() == math.ceil(0.1 * p.numel()) and 0 <= int(ids.min()) <= int(ids.max()) < p.numel()
+    assert 0.09 <= summary["density"]["mean"] <= 0.11
+    assert summary["loss"][0] != summary["loss"][1]
+    assert zen_main(["profile", "--workload", "lstm", "--preset", "tiny", "--out", str(tmp_path / "x"),
+                     "--compress-option", "momentum=0.5"]) == 2

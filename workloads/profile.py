@@ -18,6 +18,7 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -28,6 +29,9 @@ import torch
 from harness.provenance import atomic_file, write_atomic, write_csv
 from workloads import sparsity
 from workloads.base import PRESETS, Workload, build_workload, workload_names
+from workloads.train import add_compress_arguments, parse_compress_options, with_defaults
+from zen.cli_args import UsageError
+from zen.compress import Compressor, PartContext, make_compressor
 
 log = logging.getLogger(__name__)
 SKEW_PARTS = (8, 128)
@@ -81,6 +85,42 @@ def record(workload: Workload, workers: int, steps: int, seed: int, update: bool
                 p.grad = summed[n].div_(workers) if n in summed else None
             opt.step()
         log.info("step %d: loss %.4f", step, statistics.fmean(trace.losses[-1]))
+    return trace
+
+
+def record_compressed(workload: Workload, workers: int, steps: int, seed: int, compressor: Callable[[], Compressor]
+                      ) -> Trace:
+    """`record` with a sparsifier on every parameter's gradient, each tensor a part of its own (DGC's layer-wise
+    top-k; the paper's LLM runs apply it to every bucket): each worker keeps its own compressor (its residuals),
+    the recorded ids are the elements it chose, and the model steps with the workers' averaged chosen
+    gradients, as data-parallel training with the compressor would. Every parameter is a "sparse parameter"
+    of width-1 rows (its elements)."""
+    model = workload.model
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    squeezers = [compressor() for _ in range(workers)]
+    streams = [workload.batches(w, workers, seed) for w in range(workers)]
+    opt = torch.optim.SGD([p for _, p in named], lr=workload.lr)
+    trace = Trace([{"name": n, "rows": p.numel(), "width": 1} for n, p in named], [], [])
+    for step in range(steps):
+        summed = [torch.zeros(p.numel()) for _, p in named]
+        trace.indices.append([])
+        trace.losses.append([])
+        for w in range(workers):
+            model.zero_grad(set_to_none=True)
+            loss = workload.loss(model, next(streams[w]))
+            loss.backward()
+            trace.losses[-1].append(loss.item())
+            chosen = []
+            for k, (n, p) in enumerate(named):
+                flat = p.grad.reshape(-1).clone() if p.grad is not None else torch.zeros(p.numel())
+                chosen.append(squeezers[w].compress(flat, PartContext(n, k, step, workers)).indices.int())
+                summed[k].add_(flat)  # the chosen gradient, zeros elsewhere
+            trace.indices[-1].append(chosen)
+        for (_, p), g in zip(named, summed, strict=True):
+            p.grad = g.div_(workers).view_as(p)
+        opt.step()
+        log.info("step %d: loss %.4f, worker 0 chose %d elements", step, statistics.fmean(trace.losses[-1]),
+                 sum(i.numel() for i in trace.indices[-1][0]))
     return trace
 
 
@@ -196,12 +236,15 @@ def write_outputs(out: Path, summary: dict[str, Any], tables: dict[str, list[dic
 
 
 def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Path,
-            update: bool = True, rows_from: str = "backward") -> dict[str, Any]:
-    """Build, record (`rows_from`: "backward" or "ids"), summarize and write; returns the summary (also in
-    out/profile.json)."""
+            update: bool = True, rows_from: str = "backward", compress: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """Build, record (`rows_from`: "backward" or "ids"; `compress`: make_compressor's arguments, the elements a
+    sparsifier chooses), summarize and write; returns the summary (also in out/profile.json)."""
     t0 = time.perf_counter()
     workload = build_workload(name, preset, seed)
-    if rows_from == "ids":
+    if compress is not None:
+        trace = record_compressed(workload, workers, steps, seed, lambda: make_compressor(**compress))
+    elif rows_from == "ids":
         trace, update = record_ids(workload, workers, steps, seed), False
     else:
         trace = record(workload, workers, steps, seed, update)
@@ -210,7 +253,8 @@ def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Pa
         for key, rows in zip(tables, step_rows(trace, step), strict=True):
             tables[key].extend(rows)
     summary = {"workload": name, "preset": preset, "workers": workers, "steps": steps, "seed": seed,
-               "update": update, "rows_from": rows_from, "local_batch_size": workload.local_batch_size,
+               "update": update, "rows_from": "compressor" if compress else rows_from, "compress": compress,
+               "local_batch_size": workload.local_batch_size,
                "lr": workload.lr, "info": workload.info,
                "dense_numel": sum(p.numel() for n, p in workload.model.named_parameters()
                                   if n not in workload.sparse_params),
@@ -234,15 +278,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="backward: run every worker's backward pass; ids: the rows its batch looks up (no "
                              "model run, so hundreds of workers take seconds; two steps are checked against "
                              "backward; the model stays fixed)")
+    add_compress_arguments(parser, "record the elements this sparsifier chooses from each worker's whole "
+                                   "gradient instead of the embedding rows")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1 or args.steps < 1:
-        raise SystemExit("--workers and --steps must be >= 1")
+        raise UsageError("--workers and --steps must be >= 1")
+    try:
+        options = parse_compress_options(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    compress = None if args.compress is None else {
+        "name": args.compress, "density": args.density, **with_defaults(args.compress, options)}
     s = profile(args.workload, args.preset, args.workers, args.steps, args.seed, args.out, args.update,
-                args.rows_from)
+                args.rows_from, compress)
     u = s["union"]
-    print(f"{s['workload']}/{s['preset']}: {s['num_rows']} embedding rows, {s['workers']} workers x "
+    what = "parameter elements" if compress else "embedding rows"
+    print(f"{s['workload']}/{s['preset']}: {s['num_rows']} {what}, {s['workers']} workers x "
           f"{s['steps']} steps in {s['seconds']:.1f} s")
     print(f"  density per worker  {s['density']['mean']:.4%}  "
           f"(min {min(s['density']['per_worker']):.4%}, max {max(s['density']['per_worker']):.4%})")

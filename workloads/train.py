@@ -165,10 +165,15 @@ def hook_settings(cfg: TrainConfig, scheme: str) -> dict[str, Any]:
 
 
 def compress_options(cfg: TrainConfig) -> dict[str, Any]:
-    """The compressor's options; DGC's momentum correction replaces the optimizer's momentum, and the
-    workloads train with plain SGD, so it is off unless asked for."""
-    defaults = {"momentum": 0.0} if cfg.compress == "dgc" else {}
-    return {**defaults, **cfg.compress_options}
+    """The compressor's options (`with_defaults`)."""
+    return with_defaults(cfg.compress, cfg.compress_options)
+
+
+def with_defaults(compress: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """A compressor's options as the workloads use it: DGC's momentum correction replaces the optimizer's
+    momentum, and the workloads train with plain SGD, so it is off unless asked for."""
+    defaults = {"momentum": 0.0} if compress == "dgc" else {}
+    return {**defaults, **options}
 
 
 def train(cfg: TrainConfig, trainees: list[Trainee], device: torch.device) -> None:
@@ -310,12 +315,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", default="zen",
                         help=f"scheme(s), comma-separated: registered schemes or PyTorch's own hooks "
                              f"({', '.join(EXAMPLES)}; powersgd-R for any rank R)")
-    parser.add_argument("--compress", default=None,
-                        help="compressor for the sparse schemes' dense parts (zen.compress: "
-                             f"{', '.join(zen.compress.compressors())})")
-    parser.add_argument("--density", type=float, default=0.05, help="share of elements the compressor keeps")
-    parser.add_argument("--compress-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a compressor option, e.g. warmup_steps=5 (repeatable; dgc: momentum=0 unless set)")
+    add_compress_arguments(parser, "compressor for the sparse schemes' dense parts")
     parser.add_argument("--world-size", type=int, default=None,
                         help="ranks to spawn (default 2); under torchrun taken from WORLD_SIZE")
     parser.add_argument("--steps", type=int, default=20)
@@ -363,7 +363,7 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     if args.preset not in PRESETS:
         raise ValueError(f"unknown preset {args.preset!r}; choose one of: {', '.join(PRESETS)}")
     schemes = _schemes(args)
-    options = _compress_options(args)
+    options = parse_compress_options(args)
     world = _world_size(args, torchrun)
     warmup = min(3, args.steps // 2) if args.warmup is None else args.warmup
     if args.steps <= warmup or warmup < 0:
@@ -417,7 +417,16 @@ def _schemes(args: argparse.Namespace) -> list[str]:
     return schemes
 
 
-def _compress_options(args: argparse.Namespace) -> dict[str, Any]:
+def add_compress_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """--compress, --density and --compress-option (`zen train`, `zen profile`)."""
+    parser.add_argument("--compress", default=None,
+                        help=f"{what} (zen.compress: {', '.join(zen.compress.compressors())})")
+    parser.add_argument("--density", type=float, default=0.05, help="share of elements the compressor keeps")
+    parser.add_argument("--compress-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a compressor option, e.g. warmup_steps=5 (repeatable; dgc: momentum=0 unless set)")
+
+
+def parse_compress_options(args: argparse.Namespace) -> dict[str, Any]:
     """--compress-option KEY=VALUE pairs (values as Python literals), checked by building the compressor."""
     options: dict[str, Any] = {}
     for item in args.compress_option:

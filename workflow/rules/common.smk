@@ -140,9 +140,9 @@ def torchrec_aggregate():
     return [AGG + "/training_torchrec.csv"] if torchrec_outputs() else []
 
 
-def compress_flags():
-    """zen train's compressor flags from config['train_compressed']."""
-    c = config["train_compressed"]
+def compress_flags(c=None):
+    """zen train's (and zen profile's) compressor flags from a config section (default: train_compressed)."""
+    c = config["train_compressed"] if c is None else c
     options = " ".join(f"--compress-option {k}={v}" for k, v in sorted(c.get("options", {}).items()))
     return f"--compress {c['compress']} --density {c['density']} {options}".strip()
 

@@ -27,6 +27,8 @@ if SIM_SETTINGS["beyond"].get("workloads"):
     FIGURE_INPUTS["sim_beyond"] = [AGG + "/sim_beyond.csv"]
 if FIG8_SIM.get("workloads"):
     FIGURE_INPUTS["sim_fig8"] = [AGG + "/sim_fig8.csv"]
+if LLM_SIM.get("models"):
+    FIGURE_INPUTS["sim_llm"] = [AGG + "/sim_llm.csv"]
 
 
 rule plot_figure:

@@ -220,3 +220,62 @@ rule aggregate_fig8_sim:
         BENCHMARKS + "/aggregate_sim_fig8.tsv"
     shell:
         "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"
+
+
+LLM_SIM = SIM.get("llm") or {}
+
+
+rule profile_compressed:
+    """Which elements DGC chooses: `workers` data-parallel workers of the workload trained with the compressor,
+    each with its own residuals (zen profile --compress; 16 GPT-2 `scaled` workers, 30 steps: minutes here)."""
+    output:
+        expand(RESULTS + "/profile_compressed/{{workload}}/{name}", name=PROFILE_FILES),
+    log:
+        LOGS + "/profile_compressed/{workload}.log",
+    benchmark:
+        BENCHMARKS + "/profile_compressed/{workload}.tsv"
+    params:
+        preset=LLM_SIM.get("preset"),
+        workers=LLM_SIM.get("workers"),
+        steps=LLM_SIM.get("steps"),
+        flags=compress_flags(LLM_SIM) if LLM_SIM else "",
+        seed=config["seed"],
+        out=lambda wildcards: f"{RESULTS}/profile_compressed/{wildcards.workload}",
+    shell:
+        "{ZEN} profile --workload {wildcards.workload} --preset {params.preset} --workers {params.workers}"
+        " --steps {params.steps} --seed {params.seed} {params.flags} --out {params.out} > {log} 2>&1"
+
+
+rule simulate_llm:
+    """Figs 13/14 simulated: an LLM with DGC on every bucket, tensor parallel in a machine, data parallel across
+    machines, its slices patterned on the DGC trace (simulator/llm.py)."""
+    input:
+        RESULTS + f"/profile_compressed/{LLM_SIM.get('workload', 'gpt2')}/traces.pt",
+    output:
+        RESULTS + "/sim/llm/{model}.csv",
+    log:
+        LOGS + "/simulate_llm/{model}.log",
+    benchmark:
+        BENCHMARKS + "/simulate_llm/{model}.tsv"
+    threads: 2  # simulations at once (`--jobs`), each one core
+    params:
+        folder=RESULTS + f"/profile_compressed/{LLM_SIM.get('workload', 'gpt2')}",
+        nodes=csv_list(LLM_SIM.get("nodes", [16])),
+        rates=" ".join(f"--bandwidth {b}" for b in LLM_SIM.get("bandwidths", ["25gbit"])),
+        schemes=csv_list(LLM_SIM.get("schemes", [])),
+    shell:
+        "{PY} -m simulator llm --profile {params.folder} --model {wildcards.model} --nodes {params.nodes}"
+        " {params.rates} --schemes {params.schemes} --jobs {threads} --csv {output} > {log} 2>&1"
+
+
+rule aggregate_llm_sim:
+    input:
+        expand(RESULTS + "/sim/llm/{model}.csv", model=LLM_SIM.get("models", [])),
+    output:
+        AGG + "/sim_llm.csv",
+    log:
+        LOGS + "/aggregate_sim_llm.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_sim_llm.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"

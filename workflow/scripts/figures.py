@@ -561,6 +561,33 @@ def sim_fig8(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     return fig, data
 
 
+def sim_llm(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Figs 13/14 simulated: tokens/s vs machines per LLM and NIC rate, and Zen's speedups at the largest size."""
+    data = frames[0][["model", "paper_name", "scheme", "nodes", "gpus_per_node", "world_size", "bandwidth_gbps",
+                      "tokens_per_s", "step_ms", "compute_ms", "exposed_comm_ms", "zen_speedup", "zen_comm_speedup",
+                      "density", "union_density", "block_density"]]
+    cells = list(data.groupby(["paper_name", "bandwidth_gbps"], sort=True))
+    fig, axes = _panels(len(cells) + 1)
+    for ax, ((name, rate), cell) in zip(axes, cells, strict=False):
+        for scheme, line in cell.groupby("scheme", sort=True):
+            ax.plot(line["nodes"], line["tokens_per_s"], "o-", label=label(scheme), color=color(scheme))
+        ax.set_xlabel("machines (x 8 GPUs, tensor parallel)")
+        ax.set_ylabel("tokens/s (simulated)")
+        ax.set_title(f"{name} + DGC 5%, {rate:g} Gbps")
+        ax.grid(alpha=0.3)
+    bars = axes[-1]
+    top = data[(data["nodes"] == data["nodes"].max()) & data["scheme"].isin(["allreduce", "omnireduce"])]
+    names = [f"{n}\nover {label(s)}, {r:g}G" for n, s, r in zip(top["paper_name"], top["scheme"],
+                                                                 top["bandwidth_gbps"], strict=True)]
+    bars.bar(names, top["zen_speedup"], color=[color(s) for s in top["scheme"]])
+    bars.axhline(1.0, color="black", lw=0.8, ls=":")
+    bars.tick_params(axis="x", labelsize=6, rotation=90)
+    bars.set_ylabel("Zen's throughput over it")
+    bars.set_title(f"at {int(data['nodes'].max())} machines")
+    _legend(fig, axes[:-1])
+    return fig, data
+
+
 FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {
     "microbench_sim": microbench_sim,
     "microbench_real": microbench_real,
@@ -580,6 +607,7 @@ FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame
     "sim_paper": sim_paper,
     "sim_beyond": sim_beyond,
     "sim_fig8": sim_fig8,
+    "sim_llm": sim_llm,
 }
 
 

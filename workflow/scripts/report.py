@@ -24,7 +24,7 @@ from common import label, write_text
 
 AGGREGATES = {"bench": "microbench.csv", "pull": "pull.csv", "sparsity": "sparsity.csv", "scale": "scale.csv",
               "cluster": "cluster.csv", "sim_validation": "sim_validation.csv", "sim_paper": "sim_paper.csv",
-              "sim_beyond": "sim_beyond.csv", "sim_fig8": "sim_fig8.csv",
+              "sim_beyond": "sim_beyond.csv", "sim_fig8": "sim_fig8.csv", "sim_llm": "sim_llm.csv",
               "kernels": "kernels.csv", "training": "training.csv", "steps": "training_steps.csv",
               "compressed": "training_compressed.csv", "compressed_steps": "training_compressed_steps.csv",
               "torchrec": "training_torchrec.csv"}
@@ -91,6 +91,14 @@ FIGURE_TEXT = {
                  "pays the link latency and flows meeting on a NIC share it. (a) simulated time over "
                  "AllReduce's; (b) the busiest rank's bytes over AllReduce's (the byte model, same size). "
                  "Simulated, not measured."),
+    "sim_llm": ("Figs 13/14 simulated: LLMs with DGC top-5%",
+                "SimGrid: machines x 8 V100s, each LLM tensor parallel over a machine's 8 GPUs and data parallel "
+                "across machines (GPU j syncs its slice with GPU j of every machine, the 8 sharing the NIC), DGC "
+                "top-5% on every parameter. Which elements DGC chooses comes from GPT-2 workers trained with it "
+                "(zen profile --compress dgc), their transformer blocks' pattern repeated to the LLM's size; each "
+                "scheme's messages recorded from its code; compute a V100 roofline (simulator/llm.py). (a) tokens/s "
+                "vs machines; (b) Zen's throughput over AllReduce and OmniReduce at the largest size. Simulated, "
+                "not measured."),
     "fig16_hashing": ("Fig 16: hashing time vs r1 and k",
                       "Time of the native hierarchical hashing kernel vs the parallel-region size factor r1 and "
                       "the number of probes k, with the share of indices left to the serial region "
@@ -138,6 +146,9 @@ PAPER_NUMBERS = {
     "sim_beyond": "no figure in the paper: the paper stops at 16 machines x 8 GPUs and 100 Gbps",
     "sim_fig8": "Fig 8 (NMT, 2..128 GPUs), AGsparse is worse than AllReduce above ~40 GPUs; at 128 GPUs only BP "
                 "beats AllReduce (0.64x its time)",
+    "sim_llm": "Figs 13/14 (LLMs with DGC top-5%, 16 machines, 25 Gbps), Zen's throughput is about 2.0-2.1x "
+               "AllReduce's and 1.6-1.7x OmniReduce's; Fig 15: 3.44x (OPT), 3.51x (Gemma) communication speedup "
+               "over AllReduce",
     "sim_paper": "Fig 11 (25 Gbps): 3.1x / 1.67x / 2.48x over AllReduce / SparCML / OmniReduce on LSTM; Fig 12 "
                  "(100 Gbps): 1.44x over SparCML on LSTM; Fig 15: 6.77x (LSTM), 2.10x (DeepFM) over AllReduce",
     "fig16_hashing": "Fig 16, r1 = 2·|G|·d_G is fastest and k = 3 about as fast as k = 4 (about 6 ms for 214M "
