@@ -83,7 +83,7 @@ def test_beyond_the_paper_dry_run(tmp_path):
     assert {k: jobs.get(k) for k in ("profile_beyond", "simulate_paper", "aggregate_paper_sim", "plot_figure")} \
         == {"profile_beyond": 1, "simulate_paper": 1, "aggregate_paper_sim": 1, "plot_figure": 1}, jobs
     assert "--workers 1024" in plan and "--nodes 16,32,64,128" in plan and "--bandwidth 400gbit" in plan
-    assert "zen-bp,zen-hc" in plan and "train_workload" not in jobs, jobs
+    assert "zen-bp,zen-hc" in plan and "--per machine" in plan and "train_workload" not in jobs, jobs
 
 
 def test_fig8_simulated_dry_run(tmp_path):

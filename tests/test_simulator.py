@@ -410,3 +410,26 @@ def test_llm_simulated_allreduce_takes_the_nic_bound_and_zen_is_its_faster_path(
             nic_bytes = 2 * (n - 1) / n * 4 * k * sum(sizes)  # the TP slices of a machine add up to the model
             assert float(r["exposed_comm_ms"]) == pytest.approx(1e3 * 8 * nic_bytes / 25e9, rel=0.02), (r, TP)
     assert main(["llm", "--profile", str(tmp_path / "p"), "--nodes", "4", "--csv", str(out)]) == 2
+
+
+@needs_simgrid
+def test_a_machine_as_one_endpoint_carries_its_gpus_bytes_and_keeps_the_step() -> None:
+    """`simulate(per="machine")`: each machine's merged primitives carry exactly the bytes its GPUs' shard groups
+    send across machines, and the step stays within a few percent of the per-GPU simulation (AllReduce within
+    1%; BP's all-to-all, whose shard groups move together, within 2%)."""
+    from simulator.paper import embedding_calls, machine_calls, node_shards, record_cross, shard_sizes, simulate
+
+    gen = torch.Generator().manual_seed(2)
+    rows, nodes, gpus, width = 4000, 4, 2, 8
+    sets = [torch.randperm(rows, generator=gen)[:200].sort().values for _ in range(nodes * gpus)]
+    cross = record_cross("zen", node_shards(sets, nodes, gpus, rows), shard_sizes(rows, gpus), width, choice="bp")
+    per_gpu = embedding_calls(cross, nodes, gpus, rows, width)
+    per_machine = machine_calls(cross, nodes, gpus, rows, width)
+    for m in range(nodes):
+        sent = sum(b for g in range(m * gpus, (m + 1) * gpus) for i in per_gpu[g]
+                   if isinstance(i, Comm) and i.call not in ("rs", "ag") for b in i.sends.values())
+        assert sent == sum(b for i in per_machine[m] if isinstance(i, Comm) for b in i.sends.values()) > 0
+    by_gpu = simulate("dlrm", sets, rows, nodes, gpus, [25e9], ["allreduce", "zen-bp"])[25e9]
+    by_machine = simulate("dlrm", sets, rows, nodes, gpus, [25e9], ["allreduce", "zen-bp"], per="machine")[25e9]
+    assert by_machine["allreduce"].step_s == pytest.approx(by_gpu["allreduce"].step_s, rel=0.01)
+    assert by_machine["zen-bp"].step_s == pytest.approx(by_gpu["zen-bp"].step_s, rel=0.02)

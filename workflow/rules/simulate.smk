@@ -161,10 +161,11 @@ rule simulate_paper:
         rates=lambda wildcards: " ".join(
             f"--bandwidth {b}" for b in SIM_SETTINGS[wildcards.setting].get("bandwidths", ["25gbit"])),
         schemes=lambda wildcards: csv_list(SIM_SETTINGS[wildcards.setting].get("schemes", [])),
+        per=lambda wildcards: SIM_SETTINGS[wildcards.setting].get("per", "gpu"),
     shell:
         "{PY} -m simulator paper --profile {params.folder} --workload {wildcards.workload} --nodes {params.nodes}"
-        " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --jobs {threads} --csv {output}"
-        " > {log} 2>&1"
+        " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --per {params.per} --jobs {threads}"
+        " --csv {output} > {log} 2>&1"
 
 
 rule aggregate_paper_sim:
