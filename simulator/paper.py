@@ -171,9 +171,15 @@ def machine_calls(cross: list[list[list[Item]]], nodes: int, gpus: int, rows: in
             raise ValueError(f"machine {m}: its shard groups' primitives differ; simulate per GPU")
         merged = [Comm(ops[0].kind, ops[0].call, _summed(o.sends for o in ops), _summed(o.recvs for o in ops),
                        sum(o.nbytes for o in ops), ops[0].itemsize, ops[0].group) for ops in zip(*groups, strict=True)]
-        out.append([Compute(inside), Compute(4 * width * max(sizes) / 4 / V100_HASH_RATE), *merged,
-                    Compute(inside)])
+        out.append([Compute(inside), Compute(width * max(sizes) / V100_HASH_RATE), *merged, Compute(inside)])
     return out
+
+
+def machine_all_reduce(call: str, nbytes: int, gpus: int) -> list[Item]:
+    """NCCL's two-level all-reduce of a machine as one endpoint: the ring inside by its NVLink closed form, one
+    ring across machines carrying the machine's whole tensor (its GPUs' rings, each a 1/gpus share, summed)."""
+    inside = nvlink_s(nbytes * (gpus - 1) / gpus, gpus - 1)
+    return [Compute(inside), Comm("all_reduce", call, nbytes=nbytes), Compute(inside)]
 
 
 def _summed(maps: Iterable[dict[int, int]]) -> dict[int, int]:
@@ -226,10 +232,8 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
     by_machine = per == "machine" and shards is not None
     ranks = nodes if by_machine else world
     dense_bytes = 4 * int(s.dense_params)
-    if by_machine:  # NCCL's two-level all-reduce: the ring inside by its NVLink closed form, one ring across
-        inside = nvlink_s(dense_bytes * (gpus - 1) / gpus, gpus - 1)
-        dense = [[Compute(inside), Comm("all_reduce", "dense", nbytes=dense_bytes), Compute(inside)]
-                 for _ in range(ranks)]
+    if by_machine:
+        dense = [machine_all_reduce("dense", dense_bytes, gpus) for _ in range(ranks)]
     else:
         dense = [[Comm("all_reduce", "dense", nbytes=dense_bytes)] for _ in range(world)]
     calls_of: dict[tuple, Calls | None] = {("none",): None}  # one recording and simulation per variant
@@ -246,9 +250,7 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
                 emb = machine_calls(cross, nodes, gpus, rows, width) if by_machine else \
                     embedding_calls(cross, nodes, gpus, rows, width)
             elif by_machine:
-                inside = nvlink_s(4 * rows * width * (gpus - 1) / gpus, gpus - 1)
-                emb = [[Compute(inside), Comm("all_reduce", "emb", nbytes=4 * rows * width), Compute(inside)]
-                       for _ in range(ranks)]
+                emb = [machine_all_reduce("emb", 4 * rows * width, gpus) for _ in range(ranks)]
             else:
                 emb = [[Comm("all_reduce", "emb", nbytes=4 * rows * width)] for _ in range(world)]
             calls_of[key] = {(0, 0): dense, (1, 0): emb}

@@ -81,7 +81,9 @@ FIGURE_TEXT = {
                   "over each scheme at the largest size. Simulated, not measured."),
     "sim_beyond": ("Beyond the paper: 1,024 GPUs and 400 Gbps, simulated",
                    "The paper's setting simulated past its scale (16 to 128 machines x 8 V100s, 25, 100 and 400 "
-                   "Gbps NICs) from a 1,024-worker trace at Table 1's density, Zen's BP and HC paths apart: (a) "
+                   "Gbps NICs) from a 1,024-worker trace at Table 1's density, Zen's BP and HC paths apart, each "
+                   "machine one endpoint (per GPU within 2%, OmniReduce and Sparse PS 4-12% slow: "
+                   "docs/simulator.md): (a) "
                    "throughput vs GPUs, where each scheme crosses another; (b) HC's step over BP's (above 1: BP "
                    "faster). Simulated, not measured."),
     "sim_fig8": ("Fig 8 with latency and contention, simulated",
