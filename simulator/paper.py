@@ -267,18 +267,19 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
 
 
 def model_comm(workload: str, profile: tuple[list[dict], list[list[torch.Tensor]], int], scheme: str, nodes: int,
-               gpus: int, nic_bps: float, rows: int) -> float:
+               gpus: int, rates: list[float], rows: int) -> dict[float, float]:
     """The closed-form cluster model (harness.bench.cluster, `zen cluster`) on the same trace (`load_profile`'s
-    triple, loaded once) and sizes: the simulator's analytical check (no overlap with backward, no contention
-    between the GPUs' shards)."""
+    triple, loaded once) and sizes, seconds per NIC rate: the simulator's analytical check (no overlap with
+    backward, no contention between the GPUs' shards). Its bytes are predicted once (at 1,024 GPUs that is
+    minutes) and priced at every rate."""
     from harness.bench.cluster import Cluster, step_time
 
     s = SETTINGS[workload]
     width = paper_width(s, rows)
     params, sets, _ = profile
     params = [{**p, "width": width} for p in params]
-    cl = Cluster(nodes, gpus, nic_bps, NVLINK_BPS, V100_HASH_RATE)
-    return step_time(scheme, params, sets, int(s.dense_params), cl)["comm_s"]
+    t = step_time(scheme, params, sets, int(s.dense_params), Cluster(nodes, gpus, rates[0], NVLINK_BPS, V100_HASH_RATE))
+    return {r: t["comm_s"] - t["uplink_s"] + 8 * t["uplink_bytes"] / r for r in rates}
 
 
 def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str],
@@ -292,7 +293,9 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     s = SETTINGS[workload]
     out: list[dict[str, object]] = []
     for nodes in node_counts:
-        for rate, res in simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per).items():
+        results = simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per)
+        models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes}
+        for rate, res in results.items():
             base = res.pop("none").step_s
             zen = res["zen"].step_s
             for name, r in res.items():
@@ -304,7 +307,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
                             "samples_per_s": nodes * gpus * s.batch / r.step_s,
                             "zen_speedup": r.step_s / zen,
                             "zen_comm_speedup": exposed / (zen - base) if zen > base else float("nan"),
-                            "model_comm_ms": 1e3 * model_comm(workload, model, name, nodes, gpus, rate, rows),
+                            "model_comm_ms": 1e3 * models[name][rate],
                             "messages": r.messages, "timeline": roofline(s).source,
                             "width": paper_width(s, rows), "rows": rows, "per": per})
     return out
