@@ -5,7 +5,7 @@ What stands in for what, as far as the model applies:
 
 - **Which elements DGC chooses** comes from a real run: `zen profile --compress dgc` trains GPT-2 (`scaled`,
   13.3M parameters) as N data-parallel workers, each with its own DGC residual, and records the elements each
-  chose at its last step (workloads/profile.py `record_compressed`). Trace worker m is machine m's replica.
+  chose at its last step (workloads/profile.py `record`). Trace worker m is machine m's replica.
 - **Tensor parallelism**: GPU j of a machine holds slice j of every parameter (each tensor's elements cut in 8
   contiguous pieces, as Megatron-style TP gives every GPU a piece of every layer); it synchronizes its slice
   with GPU j of every other machine: 8 groups of `nodes` GPUs, the 8 GPUs of a machine sharing its NIC.

@@ -58,14 +58,21 @@ class Trace:
         return sum(p["rows"] for p in self.params)
 
 
-def record(workload: Workload, workers: int, steps: int, seed: int, update: bool = True) -> Trace:
-    """Run `steps` emulated data-parallel steps of `workers` workers and record their index sets."""
+def record(workload: Workload, workers: int, steps: int, seed: int, update: bool = True,
+           compressor: Callable[[], Compressor] | None = None) -> Trace:
+    """Run `steps` emulated data-parallel steps of `workers` workers and record their index sets: the non-zero
+    rows of the sparse (embedding) gradients; or, with `compressor` (a factory), the elements each worker's own
+    compressor (its own residuals) chooses from every tensor's gradient, each tensor a part (DGC's layer-wise
+    top-k; the paper's LLM runs apply it to every bucket), every parameter then a "sparse parameter" of width-1
+    rows, and the model steps on the chosen gradients, as data-parallel training with the compressor would."""
     model = workload.model
     named = dict(model.named_parameters())
-    sparse = [named[n] for n in workload.sparse_params]
+    squeezers = [compressor() for _ in range(workers)] if compressor else None
+    traced = [n for n, p in named.items() if p.requires_grad] if squeezers else list(workload.sparse_params)
     streams = [workload.batches(w, workers, seed) for w in range(workers)]
     opt = torch.optim.SGD(model.parameters(), lr=workload.lr)
-    trace = Trace(_params(workload), [], [])
+    params = [{"name": n, "rows": named[n].numel(), "width": 1} for n in traced] if squeezers else _params(workload)
+    trace = Trace(params, [], [])
     for step in range(steps):
         summed: dict[str, torch.Tensor] = {}
         trace.indices.append([])
@@ -75,7 +82,11 @@ def record(workload: Workload, workers: int, steps: int, seed: int, update: bool
             loss = workload.loss(model, next(streams[w]))
             loss.backward()
             trace.losses[-1].append(loss.item())
-            trace.indices[-1].append([sparsity.nonzero_rows(p.grad).int() for p in sparse])
+            if squeezers:
+                trace.indices[-1].append([_chosen(squeezers[w], n, named[n], k, step, workers)
+                                          for k, n in enumerate(traced)])
+            else:
+                trace.indices[-1].append([sparsity.nonzero_rows(named[n].grad).int() for n in traced])
             if update:
                 for n, p in named.items():
                     if p.grad is not None:
@@ -88,40 +99,12 @@ def record(workload: Workload, workers: int, steps: int, seed: int, update: bool
     return trace
 
 
-def record_compressed(workload: Workload, workers: int, steps: int, seed: int, compressor: Callable[[], Compressor]
-                      ) -> Trace:
-    """`record` with a sparsifier on every parameter's gradient, each tensor a part of its own (DGC's layer-wise
-    top-k; the paper's LLM runs apply it to every bucket): each worker keeps its own compressor (its residuals),
-    the recorded ids are the elements it chose, and the model steps with the workers' averaged chosen
-    gradients, as data-parallel training with the compressor would. Every parameter is a "sparse parameter"
-    of width-1 rows (its elements)."""
-    model = workload.model
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    squeezers = [compressor() for _ in range(workers)]
-    streams = [workload.batches(w, workers, seed) for w in range(workers)]
-    opt = torch.optim.SGD([p for _, p in named], lr=workload.lr)
-    trace = Trace([{"name": n, "rows": p.numel(), "width": 1} for n, p in named], [], [])
-    for step in range(steps):
-        summed = [torch.zeros(p.numel()) for _, p in named]
-        trace.indices.append([])
-        trace.losses.append([])
-        for w in range(workers):
-            model.zero_grad(set_to_none=True)
-            loss = workload.loss(model, next(streams[w]))
-            loss.backward()
-            trace.losses[-1].append(loss.item())
-            chosen = []
-            for k, (n, p) in enumerate(named):
-                flat = p.grad.reshape(-1).clone() if p.grad is not None else torch.zeros(p.numel())
-                chosen.append(squeezers[w].compress(flat, PartContext(n, k, step, workers)).indices.int())
-                summed[k].add_(flat)  # the chosen gradient, zeros elsewhere
-            trace.indices[-1].append(chosen)
-        for (_, p), g in zip(named, summed, strict=True):
-            p.grad = g.div_(workers).view_as(p)
-        opt.step()
-        log.info("step %d: loss %.4f, worker 0 chose %d elements", step, statistics.fmean(trace.losses[-1]),
-                 sum(i.numel() for i in trace.indices[-1][0]))
-    return trace
+def _chosen(squeezer: Compressor, name: str, p: torch.Tensor, tag: int, step: int, workers: int) -> torch.Tensor:
+    """The ids `squeezer` chooses from p's gradient, which becomes the chosen gradient (zeros elsewhere)."""
+    flat = p.grad.reshape(-1).clone() if p.grad is not None else torch.zeros(p.numel())
+    ids = squeezer.compress(flat, PartContext(name, tag, step, workers)).indices.int()
+    p.grad = flat.view_as(p)
+    return ids
 
 
 def record_ids(workload: Workload, workers: int, steps: int, seed: int) -> Trace:
@@ -243,7 +226,7 @@ def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Pa
     t0 = time.perf_counter()
     workload = build_workload(name, preset, seed)
     if compress is not None:
-        trace = record_compressed(workload, workers, steps, seed, lambda: make_compressor(**compress))
+        trace = record(workload, workers, steps, seed, update, lambda: make_compressor(**compress))
     elif rows_from == "ids":
         trace, update = record_ids(workload, workers, steps, seed), False
     else:

@@ -484,6 +484,18 @@ def sim_validation(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame
     return fig, data
 
 
+def _cell_lines(axes: list[plt.Axes], cells: list[tuple[tuple, pd.DataFrame]], x: str, y: str, xlabel: str,
+                ylabel: str, title: Callable[..., str]) -> None:
+    """One panel per cell (a group's key and rows): a line per scheme of y against x."""
+    for ax, (key, cell) in zip(axes, cells, strict=False):
+        for scheme, line in cell.groupby("scheme", sort=True):
+            ax.plot(line[x], line[y], "o-", label=label(scheme), color=color(scheme))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title(*key))
+        ax.grid(alpha=0.3)
+
+
 def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     """Simulated throughput vs machines per workload and NIC rate, and Zen's communication speedups."""
     df = frames[0]
@@ -491,13 +503,8 @@ def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
                "step_ms", "exposed_comm_ms", "zen_speedup", "zen_comm_speedup", "model_comm_ms"]]
     cells = list(data.groupby(["workload", "bandwidth_gbps"], sort=True))
     fig, axes = _panels(len(cells) + 1)
-    for ax, ((workload, rate), cell) in zip(axes, cells, strict=False):
-        for scheme, line in cell.groupby("scheme", sort=True):
-            ax.plot(line["nodes"], line["samples_per_s"], "o-", label=label(scheme), color=color(scheme))
-        ax.set_xlabel("machines (x 8 GPUs)")
-        ax.set_ylabel("samples/s (simulated)")
-        ax.set_title(f"{workload}, {rate:g} Gbps")
-        ax.grid(alpha=0.3)
+    _cell_lines(axes, cells, "nodes", "samples_per_s", "machines (x 8 GPUs)", "samples/s (simulated)",
+                lambda workload, rate: f"{workload}, {rate:g} Gbps")
     bars = axes[-1]
     top = data[(data["nodes"] == data["nodes"].max()) & (data["scheme"] == "allreduce")]
     labels = [f"{w}\n{r:g}G" for w, r in zip(top["workload"], top["bandwidth_gbps"], strict=True)]
@@ -516,14 +523,10 @@ def sim_beyond(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
                "step_ms", "exposed_comm_ms", "zen_speedup"]]
     cells = list(data.groupby(["workload", "bandwidth_gbps"], sort=True))
     fig, axes = _panels(len(cells) + 1)
-    for ax, ((workload, rate), cell) in zip(axes, cells, strict=False):
-        for scheme, line in cell.groupby("scheme", sort=True):
-            ax.plot(line["world_size"], line["samples_per_s"], "o-", label=label(scheme), color=color(scheme))
+    _cell_lines(axes, cells, "world_size", "samples_per_s", "GPUs (8 per machine)", "samples/s (simulated)",
+                lambda workload, rate: f"{workload}, {rate:g} Gbps")
+    for ax in axes[:len(cells)]:
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("GPUs (8 per machine)")
-        ax.set_ylabel("samples/s (simulated)")
-        ax.set_title(f"{workload}, {rate:g} Gbps")
-        ax.grid(alpha=0.3)
     ratio = axes[-1]
     steps = data.pivot_table(index=["workload", "bandwidth_gbps", "world_size"], columns="scheme", values="step_ms")
     if {"zen-bp", "zen-hc"} <= set(steps.columns):
@@ -568,13 +571,8 @@ def sim_llm(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
                       "density", "union_density", "block_density"]]
     cells = list(data.groupby(["paper_name", "bandwidth_gbps"], sort=True))
     fig, axes = _panels(len(cells) + 1)
-    for ax, ((name, rate), cell) in zip(axes, cells, strict=False):
-        for scheme, line in cell.groupby("scheme", sort=True):
-            ax.plot(line["nodes"], line["tokens_per_s"], "o-", label=label(scheme), color=color(scheme))
-        ax.set_xlabel("machines (x 8 GPUs, tensor parallel)")
-        ax.set_ylabel("tokens/s (simulated)")
-        ax.set_title(f"{name} + DGC 5%, {rate:g} Gbps")
-        ax.grid(alpha=0.3)
+    _cell_lines(axes, cells, "nodes", "tokens_per_s", "machines (x 8 GPUs, tensor parallel)", "tokens/s (simulated)",
+                lambda name, rate: f"{name} + DGC 5%, {rate:g} Gbps")
     bars = axes[-1]
     top = data[(data["nodes"] == data["nodes"].max()) & data["scheme"].isin(["allreduce", "omnireduce"])]
     names = [f"{n}\nover {label(s)}, {r:g}G" for n, s, r in zip(top["paper_name"], top["scheme"],
