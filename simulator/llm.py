@@ -27,7 +27,16 @@ from pathlib import Path
 import torch
 
 from simulator import engine, platform
-from simulator.paper import NVLINK_BPS, V100_FLOPS, V100_HASH_RATE, V100_UTILIZATION, _global, record_cross, variants
+from simulator.paper import (
+    NVLINK_BPS,
+    V100_FLOPS,
+    V100_HASH_RATE,
+    V100_UTILIZATION,
+    _global,
+    record_cross,
+    step_fields,
+    variants,
+)
 from simulator.schedule import Comm, Compute, Item, StepResult
 from simulator.step import step_streams
 from simulator.timeline import Bucket, Param, Timeline
@@ -160,17 +169,11 @@ def table(profile: Path, model_name: str, node_counts: list[int], rates: list[fl
     for nodes in node_counts:
         union, blocks = pattern(sizes, chosen[:nodes])
         for rate, res in simulate(sizes, chosen, model, nodes, rates, schemes, jobs=jobs).items():
-            base = res.pop("none").step_s
-            zen = res["zen"].step_s
-            for name, r in res.items():
-                exposed = r.step_s - base
+            for name, fields in step_fields(res).items():
                 out.append({"model": model_name, "paper_name": model.paper_name, "scheme": name, "nodes": nodes,
-                            "gpus_per_node": TP, "world_size": nodes * TP, "bandwidth_gbps": rate / 1e9,
-                            "step_ms": 1e3 * r.step_s, "compute_ms": 1e3 * base, "exposed_comm_ms": 1e3 * exposed,
-                            "tokens_per_s": nodes * TOKENS / r.step_s, "zen_speedup": r.step_s / zen,
-                            "zen_comm_speedup": exposed / (zen - base) if zen > base else float("nan"),
-                            "messages": r.messages, "density": density, "union_density": union,
-                            "block_density": blocks, "trace_params": numel,
+                            "gpus_per_node": TP, "world_size": nodes * TP, "bandwidth_gbps": rate / 1e9, **fields,
+                            "tokens_per_s": nodes * TOKENS / res[name].step_s, "density": density,
+                            "union_density": union, "block_density": blocks, "trace_params": numel,
                             "tiles": max(1, round(model.params / numel)), "source": str(profile)})
             print(f"nodes={nodes:3d} {rate / 1e9:g} Gbps  " + "  ".join(
                 f"{n}={res[n].step_s * 1e3:.0f}ms" for n in res))

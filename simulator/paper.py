@@ -282,6 +282,16 @@ def model_comm(workload: str, profile: tuple[list[dict], list[list[torch.Tensor]
     return {r: t["comm_s"] - t["uplink_s"] + 8 * t["uplink_bytes"] / r for r in rates}
 
 
+def step_fields(res: dict[str, StepResult]) -> dict[str, dict[str, float]]:
+    """Per scheme (not "none"): its step, the compute-only step, its exposed communication, Zen's speedups over it
+    (the step's, and the exposed communication's), its messages."""
+    base, zen = res["none"].step_s, res["zen"].step_s
+    return {name: {"step_ms": 1e3 * r.step_s, "compute_ms": 1e3 * base, "exposed_comm_ms": 1e3 * (r.step_s - base),
+                   "zen_speedup": r.step_s / zen,
+                   "zen_comm_speedup": (r.step_s - base) / (zen - base) if zen > base else float("nan"),
+                   "messages": r.messages} for name, r in res.items() if name != "none"}
+
+
 def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str],
           jobs: int = 1, per: str = "gpu") -> list[dict[str, object]]:
     """CSV rows: every scheme's simulated step at every machine count and NIC rate, with Zen's speedups over
@@ -296,18 +306,12 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
         results = simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per)
         models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes}
         for rate, res in results.items():
-            base = res.pop("none").step_s
-            zen = res["zen"].step_s
-            for name, r in res.items():
-                exposed = r.step_s - base
+            for name, fields in step_fields(res).items():
+                r = res[name]
                 out.append({"workload": workload, "paper_name": s.paper_name, "scheme": name, "nodes": nodes,
                             "gpus_per_node": gpus, "world_size": nodes * gpus, "bandwidth_gbps": rate / 1e9,
-                            "step_ms": 1e3 * r.step_s, "compute_ms": 1e3 * base, "exposed_comm_ms": 1e3 * exposed,
-                            "comm_busy_ms": 1e3 * max(r.comm_busy_s),
+                            **fields, "comm_busy_ms": 1e3 * max(r.comm_busy_s),
                             "samples_per_s": nodes * gpus * s.batch / r.step_s,
-                            "zen_speedup": r.step_s / zen,
-                            "zen_comm_speedup": exposed / (zen - base) if zen > base else float("nan"),
-                            "model_comm_ms": 1e3 * models[name][rate],
-                            "messages": r.messages, "timeline": roofline(s).source,
+                            "model_comm_ms": 1e3 * models[name][rate], "timeline": roofline(s).source,
                             "width": paper_width(s, rows), "rows": rows, "per": per})
     return out
