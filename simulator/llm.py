@@ -13,7 +13,7 @@ What stands in for what, as far as the model applies:
   k = LLM parameters / GPT-2 blocks' times
   (`simulator.widths.tiled`): density, overlap between machines and the clustering OmniReduce's 256-element
   blocks see are GPT-2's; each scheme's messages are recorded from the real code on the trace's slices.
-- **Compute** is a stated roofline (`LLM.tokens` per replica, 6 FLOPs per parameter and token, split over the
+- **Compute** is a stated roofline (`TOKENS` per replica, 6 FLOPs per parameter and token, split over the
   machine's 8 GPUs at `V100_UTILIZATION`); tensor parallelism's own activation traffic over NVLink is left out
   (the same for every scheme); the whole gradient is one bucket ready at the end of backward (no overlap), and
   each sparse call charges one pass over the slice at the paper's hashing rate.
@@ -107,6 +107,11 @@ def pattern(sizes: list[int], chosen: list[list[torch.Tensor]], block: int = OMN
     return sum(len(u) for u in union) / sum(slice_sizes), touched / sum(-(-n // block) for n in slice_sizes)
 
 
+def tiles(model: LLM, numel: int) -> int:
+    """How many times the trace's pattern repeats in the LLM (its parameters over the trace's elements)."""
+    return max(1, round(model.params / numel))
+
+
 def roofline(model: LLM, tokens: int = TOKENS) -> float:
     """Seconds of forward and backward on one GPU: 6 x parameters x tokens FLOPs over the machine's TP GPUs."""
     return 6 * model.params * tokens / (TP * V100_FLOPS * V100_UTILIZATION)
@@ -134,7 +139,7 @@ def simulate(sizes: list[int], chosen: list[list[torch.Tensor]], model: LLM, nod
     if len(chosen) < nodes:
         raise ValueError(f"the trace has {len(chosen)} workers, fewer than {nodes} machines")
     slice_sizes, slices = tp_slices(sizes, chosen[:nodes], TP)
-    k = max(1, round(model.params / sum(sizes)))
+    k = tiles(model, sum(sizes))
     compute = roofline(model)
     shard = Param("slice", (k * max(slice_sizes), 1), True)
     t = Timeline(compute / 3, 2 * compute / 3, 0.0, [Bucket(2 * compute / 3, (shard,))],
@@ -174,7 +179,8 @@ def table(profile: Path, model_name: str, node_counts: list[int], rates: list[fl
                             "gpus_per_node": TP, "world_size": nodes * TP, "bandwidth_gbps": rate / 1e9, **fields,
                             "tokens_per_s": nodes * TOKENS / res[name].step_s, "density": density,
                             "union_density": union, "block_density": blocks, "trace_params": numel,
-                            "tiles": max(1, round(model.params / numel)), "source": str(profile)})
+                            "tiles": tiles(model, numel), "params_source": model.source,
+                            "source": str(profile)})
             print(f"nodes={nodes:3d} {rate / 1e9:g} Gbps  " + "  ".join(
                 f"{n}={res[n].step_s * 1e3:.0f}ms" for n in res))
     return out

@@ -101,7 +101,7 @@ def record(workload: Workload, workers: int, steps: int, seed: int, update: bool
 
 def _chosen(squeezer: Compressor, name: str, p: torch.Tensor, tag: int, step: int, workers: int) -> torch.Tensor:
     """The ids `squeezer` chooses from p's gradient, which becomes the chosen gradient (zeros elsewhere)."""
-    flat = p.grad.reshape(-1).clone() if p.grad is not None else torch.zeros(p.numel())
+    flat = p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())  # compressed in place
     ids = squeezer.compress(flat, PartContext(name, tag, step, workers)).indices.int()
     p.grad = flat.view_as(p)
     return ids

@@ -139,8 +139,7 @@ def sim_fig8_claims(f: Frames) -> list[Claim]:
     s = f.get("sim_fig8")
     if s is None or s.empty:
         return []
-    err = validation_error(f.get("sim_validation"))
-    tag = "simulated, validated to " + (f"{err[0]:.0%} median / {err[1]:.0%} max" if err else "- (no validation)")
+    tag = simulated_tag(validation_error(f.get("sim_validation")))
     rows = []
     for _, cell in s.groupby("workload"):
         r = cell.iloc[0]
@@ -155,8 +154,7 @@ def sim_llm_claims(f: Frames) -> list[Claim]:
     s = f.get("sim_llm")
     if s is None or s.empty:
         return []
-    err = validation_error(f.get("sim_validation"))
-    tag = "simulated, validated to " + (f"{err[0]:.0%} median / {err[1]:.0%} max" if err else "- (no validation)")
+    tag = simulated_tag(validation_error(f.get("sim_validation")))
     top = s[(s["nodes"] == s["nodes"].max()) & (s["bandwidth_gbps"] == 25.0)]
     rows = []
     for model, cell in top.groupby("model", sort=True):
@@ -457,6 +455,11 @@ def validation_error(v: pd.DataFrame | None) -> tuple[float, float, int] | None:
     return float(err.median()), float(err.max()), len(err)
 
 
+def simulated_tag(err: tuple[float, float, int] | None) -> str:
+    """How a simulated number is marked: the simulator's validation error against the emulated cluster."""
+    return "simulated, validated to " + (f"{err[0]:.0%} median / {err[1]:.0%} max" if err else "- (no validation)")
+
+
 def simulator_claims(f: Frames) -> list[Claim]:
     """The paper's cluster simulated (simulator/, SimGrid), each number marked with how well the simulator
     matched the emulated cluster's measurements."""
@@ -471,7 +474,7 @@ def simulator_claims(f: Frames) -> list[Claim]:
                          "see the report's validation section for the measured cause"))
     if p is None or p.empty:
         return rows or [_missing("Fig 11 simulated at 16 x 8 GPUs", "3.1x LSTM over AllReduce", "sim_paper")]
-    tag = "simulated, validated to " + (f"{err[0]:.0%} median / {err[1]:.0%} max" if err else "- (no validation)")
+    tag = simulated_tag(err)
     top = p[p["nodes"] == p["nodes"].max()]
     for fig, rate, table in (("Fig 11", 25.0, PAPER_FIG11), ("Fig 12", 100.0, PAPER_FIG12)):
         for workload, bases in table.items():
