@@ -41,8 +41,10 @@ def test_every_scheme_is_lossless_with_one_host_read_per_round(P: int) -> None:
 
 
 def _setting(case: dict[str, Any]) -> str:
-    """What the reference DDP run must share with a case: everything but the scheme and the hook's settings."""
-    return repr(sorted((k, repr(v)) for k, v in case.items() if k not in ("scheme", "hook")))
+    """What the reference DDP run must share with a case: everything but the scheme, the hook's settings and
+    the embeddings' gradient layout (the reference's are dense: DDP's own all-reduce of COO gradients over
+    gloo corrupts the heap now and then, workloads/torch_hooks.py; the same sums)."""
+    return repr(sorted((k, repr(v)) for k, v in case.items() if k not in ("scheme", "hook", "sparse")))
 
 
 @pytest.mark.parametrize("P", WORLD_SIZES)
@@ -52,7 +54,7 @@ def test_hook_trains_like_ddp_under_nccl_rules(P: int) -> None:
     same DDP options."""
     settings: list[dict[str, Any]] = [{}, {"sparse": True}, {"ddp": {"gradient_as_bucket_view": True}},
                                       {"ddp": {"static_graph": True}}, {"accumulate": 2}]
-    cases: list[dict[str, Any]] = [{"scheme": "ddp", **s} for s in settings]
+    cases: list[dict[str, Any]] = [{"scheme": "ddp", **s} for s in settings if not s.get("sparse")]
     cases += [{"scheme": sch, **s} for s in settings for sch in ("zen", "allreduce")]
     cases += [{"scheme": "zen", "hook": {"asynchronous": False}},
               {"scheme": "zen", "sparse": True, "hook": {"lanes": 1}}]

@@ -108,7 +108,9 @@ def _max_rel_diff(losses: list[float], reference: list[float]) -> float:
     (3, "toy-sparse", ["--bucket-cap-mb", "0.01"]),  # COO gradients, one bucket per embedding
 ])
 def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
-    schemes = [*zen.schemes(), NO_COMM, NATIVE]
+    # DDP's built-in all-reduce only with dense gradients: its all-reduce of COO gradients over gloo corrupts
+    # the heap (torch 2.13.0+cpu; see workloads/torch_hooks.py), which aborted this test now and then
+    schemes = [*zen.schemes(), NO_COMM] + ([NATIVE] if workload == "toy" else [])
     report = _train(tmp_path, "--workload", workload, "--scheme", ",".join(schemes), "--wandb-mode", "disabled",
                     "--world-size", str(world_size), "--steps", "20", "--warmup", "2", *extra)
     assert report["config"]["world_size"] == world_size and report["config"]["schemes"] == schemes
@@ -125,11 +127,8 @@ def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
         assert run["summary"]["bytes_received_per_step"] > run["summary"]["embedding_bytes_received_per_step"]
         assert run["summary"]["samples_per_s"] > 0 and run["summary"]["comm_busy_s_median"] > 0
     if workload == "toy":
-        # not for toy-sparse: `words` and `tags` get COO gradients whose values share one tensor (the
-        # output gradient of their sum), and DDP's own sparse path divides each in place by P
-        # (Reducer::mark_variable_ready_sparse) while gloo reduces them: wrong, racy gradients
         assert _max_rel_diff(runs[NATIVE]["steps"]["loss"], reference) <= TOLERANCE
-    assert runs[NATIVE]["summary"]["bytes_received_per_step"] is None
+        assert runs[NATIVE]["summary"]["bytes_received_per_step"] is None
     nocomm = runs[NO_COMM]
     assert nocomm["summary"]["bytes_received_per_step"] == 0 and nocomm["summary"]["comm_busy_s_median"] == 0
     assert nocomm["summary"]["samples_per_s"] > 0 and "comm_exposed_s" in runs["zen"]["summary"]

@@ -8,9 +8,10 @@ Besides Zen's schemes, PyTorch's own hooks run as they are (workloads/torch_hook
 compute-only headroom), `ddp` (no hook: DDP's built-in allreduce), `bf16`, `powersgd-R`. `--compress`
 (zen.compress) applies a compressor to the sparse schemes (every dense part, the embeddings keep their
 natural sparsity); `allreduce` and PyTorch's hooks stay uncompressed: the dense training it is compared with.
-Beware `ddp` with nn.Embedding(sparse=True): DDP divides each COO gradient in place by the world size
-(Reducer::mark_variable_ready_sparse) while gloo reduces it, and two such gradients may share their
-values tensor (embeddings whose outputs are summed): their averages come out wrong and racy (torch 2.13).
+Beware `ddp` with nn.Embedding(sparse=True) on gloo: DDP's built-in all-reduce of COO gradients corrupts
+the heap now and then (torch 2.13.0+cpu; workloads/torch_hooks.py), and where two such gradients share
+their values tensor (embeddings whose outputs are summed) DDP divides each in place by the world size
+(Reducer::mark_variable_ready_sparse) while gloo reduces it: wrong, racy averages.
 
 `--torchrec dp|mixed` trains the workload's torchrec embedding collections sharded by DistributedModelParallel
 instead (workloads/torchrec_mode.py): every table data-parallel, or the largest table-wise and the rest
