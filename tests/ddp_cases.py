@@ -100,3 +100,16 @@ def failing_step(kind: str, timeout_s: float = 3.0) -> str:
     if kind == "inf_passes":
         return "passed" if not bool(torch.isfinite(model.head.weight.grad).all()) else "finite"
     return "no error"
+
+
+def builtin_warnings(sparse: bool) -> list[str]:
+    """The warnings `zen train` gives when DDP's built-in all-reduce (`ddp`) is registered on this model."""
+    import warnings
+
+    from workloads.torch_hooks import NATIVE, register
+
+    ddp = DDP(Model(sparse))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        register(ddp, NATIVE)
+    return [str(w.message) for w in caught]
