@@ -4,6 +4,7 @@ and hook settings, returning losses and a parameter checksum (which must be equa
 from __future__ import annotations
 
 import time
+import warnings
 from contextlib import nullcontext
 from typing import Any
 
@@ -13,6 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import zen
+from workloads.torch_hooks import NATIVE, register
 
 ROWS = 300
 
@@ -104,10 +106,6 @@ def failing_step(kind: str, timeout_s: float = 3.0) -> str:
 
 def builtin_warnings(sparse: bool) -> list[str]:
     """The warnings `zen train` gives when DDP's built-in all-reduce (`ddp`) is registered on this model."""
-    import warnings
-
-    from workloads.torch_hooks import NATIVE, register
-
     ddp = DDP(Model(sparse))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
