@@ -51,6 +51,8 @@ def compare(scheme: str, numel: int, density: float, pattern: str, ranks_per_nod
     grad = inputs(cfg, comm.rank)
     out = torch.empty_like(grad)
     instances = {mode: make_scheme(scheme) for mode in MODES}  # per-size state (zen's BP / HC choice) apart
+    warmup = max(warmup, nodes.settling_calls(instances["two-level"], comm),  # time only the paths they keep
+                 getattr(instances["flat"], "settling_calls", lambda _: 0)(comm))
     got: dict[str, Any] = {mode: {"times": [], "received": {}} for mode in MODES}
     for i in range(warmup + calls):
         for mode in MODES if i % 2 else MODES[::-1]:
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--pattern", default="zipf", choices=sorted(PATTERNS))
     parser.add_argument("--calls", type=int, default=60, help="timed calls per mode")
-    parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=4, help="untimed pairs, at least the calls spent choosing paths")
     args = parser.parse_args(argv)
     k, P = args.ranks_per_node, args.world_size
     if k < 2 or P % k or k == P:

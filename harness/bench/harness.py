@@ -43,7 +43,7 @@ class BenchConfig:
     pattern: str = "random"
     dtype: str = "fp32"
     repeats: int = 10
-    warmup: int = 4  # untimed calls: zen's two BP and two HC trial calls are over before timing
+    warmup: int = 4  # untimed calls, at least those a scheme spends choosing its path (zen, two-level's auto)
     seed: int = 0
     bandwidth: str | None = None  # emulated link rate (gloo), e.g. "1gbit"
     sim_bandwidth_gbps: float = 25.0  # modelled link rate for sim times
@@ -146,7 +146,9 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     for name in cfg.schemes:
         scheme = make_scheme(name, **cfg.options.get(name, {}))
         times, cpu, stats = [], [], SyncStats()
-        for i in range(cfg.warmup + cfg.repeats):
+        warmup = max(cfg.warmup, nodes.settling_calls(scheme, comm) if nodes is not None
+                     else getattr(scheme, "settling_calls", lambda _: 0)(comm))  # time only the path it keeps
+        for i in range(warmup + cfg.repeats):
             if cfg.in_place:
                 out.copy_(grad)
             dist.barrier()
@@ -156,7 +158,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
             _, stats = sync(scheme, source, comm, out, nodes=nodes)
             if comm.device.type == "cuda":
                 torch.cuda.synchronize()
-            if i >= cfg.warmup:
+            if i >= warmup:
                 times.append(time.perf_counter() - start)
                 cpu.append(time.process_time() - cpu_start)
         correct = None

@@ -165,8 +165,8 @@ class Synchronizer:
 
     def _prepare(self, part: Part, plan: Plan, step: int) -> LocalGrad:
         """The part as this rank's rows: the compressor's choice (it overwrites the part), else the tensor
-        as rows, the non-zero ones extracted once for a scheme that sends rows (two-level with dense node
-        steps extracts them from its shard instead)."""
+        as rows, the non-zero ones extracted once for a scheme that sends rows (two-level says per call:
+        with dense node steps it extracts them from its shard instead)."""
         tensor = part.tensor
         if self.nodes is not None and self.strict_two_level:
             TwoLevel.refuse(tensor, part.sparse_result)
@@ -178,7 +178,10 @@ class Synchronizer:
                 raise ZenInputError("a compressor needs a dense tensor")
             return self.compressor.compress(tensor, PartContext(part.key, part.tag, step, self.comm.world_size))
         grad = to_local_grad(tensor, plan.rows)
-        if plan.scheme is not None and getattr(plan.scheme, "sparse_input", True):
+        if plan.scheme is None:
+            return grad
+        takes_rows = getattr(plan.scheme, "takes_rows", None)  # a scheme whose path varies by call (TwoLevel)
+        if takes_rows(grad, self.comm) if takes_rows is not None else getattr(plan.scheme, "sparse_input", True):
             grad.rows()
         return grad
 
