@@ -37,8 +37,10 @@ over all ranks (plain "meta"). `zen.prediction.predict(..., ranks_per_node=k)` p
 
 from __future__ import annotations
 
+import copy
 import datetime
 import statistics
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -60,6 +62,7 @@ INTER = "inter:"  # phases on the node's uplink
 INTRA_MODES = ("auto", "dense", "sparse")  # the node steps: timed choice, the paper's dense shards, sparse rows
 TRIAL_CALLS = 4  # timed calls of each candidate before `intra="auto"` chooses
 CANDIDATES = ("dense", "sparse", "flat")  # what `intra="auto"` times: the two kinds of node steps, and none
+TIE = 0.05  # `intra="auto"`: candidates within this fraction of the fastest tie, and the earlier one wins
 
 
 def nodes_of(world_size: int, ranks_per_node: int) -> int:
@@ -150,19 +153,37 @@ class IntraTrial:
     settle: dict[str, int] = field(default_factory=dict)  # untimed calls of each candidate first
     calls: dict[str, int] = field(default_factory=lambda: {m: 0 for m in CANDIDATES})
     times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in CANDIDATES})
+    copies: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)  # scheme -> candidate -> copy
+
+    def __post_init__(self) -> None:
+        self.on_trial = self.chosen is None
 
     def mode(self) -> str:
         if self.chosen is not None:
             return self.chosen
         return min(CANDIDATES, key=lambda m: self.calls[m])  # the first with the fewest calls: turns
 
+    def scheme_for(self, mode: str, inner: Scheme) -> Scheme:
+        """The scheme instance candidate `mode` runs (and keeps, if chosen): its own copy on a trial, so that
+        one candidate's calls do not settle another's path (dense and sparse node steps both hand the scheme
+        shards of M / k rows: zen's BP-or-HC choice for that size would be timed on both, half each). Copies
+        per scheme object: parts of one size share the trial, not their schemes' state."""
+        if not self.on_trial:
+            return inner
+        mine = self.copies.setdefault(inner, {})
+        if mode not in mine:
+            mine[mode] = copy.deepcopy(inner)
+        return mine[mode]
+
     def record(self, mode: str, seconds: float, comm: Communicator) -> None:
         """One trial call's time (kept once the candidate's scheme has settled); after the last, the choice:
-        per candidate the median over its timed calls of the call's slowest rank, the earlier candidate on a
-        tie. The slowest rank's time is the call's length where the ranks start together (the step's end
-        waits for it). The fastest call at the fastest rank (zen's BP-or-HC rule) is a lower bound, and a
-        noisy one: at 4 nodes x 2 ranks on 2 cores, where sparse node steps took 5-12% less than flat end to
-        end, it chose them in 65% of resampled 4-call trials, this rule in 90%."""
+        per candidate the median over its timed calls of the call's slowest rank, then the earliest candidate
+        within TIE of the fastest (node steps unless flat is clearly faster, as they spare the uplink, where
+        bytes decide zen's own ties too; the paper's dense steps on a tie with sparse ones). The slowest
+        rank's time is the call's length where the ranks start together (the step's end waits for it). The
+        fastest call at the fastest rank (zen's BP-or-HC rule) is a lower bound, and a noisy one: at 4 nodes x
+        2 ranks on 2 cores, where sparse node steps took 5-12% less than flat end to end, it chose them in 65%
+        of resampled 4-call trials, the slowest rank's median call in 90%."""
         if self.chosen is not None:
             return
         self.calls[mode] += 1
@@ -175,7 +196,7 @@ class IntraTrial:
         table = comm.all_gather_fixed(mine.view(-1), dtype=torch.float64)
         slowest = torch.tensor(table, dtype=torch.float64).view(-1, len(CANDIDATES), TRIAL_CALLS).amax(0)
         typical = [statistics.median(row) for row in slowest.tolist()]
-        self.chosen = CANDIDATES[typical.index(min(typical))]
+        self.chosen = next(m for m, t in zip(CANDIDATES, typical, strict=True) if t <= (1 + TIE) * min(typical))
 
 
 def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: str = "auto",
@@ -248,10 +269,11 @@ class TwoLevel:
         trial = self._trial(grad, comm)
         mode = trial.mode()
         clock = Clock(grad.device).start() if trial.chosen is None else None  # timed only while on trial
+        scheme = trial.scheme_for(mode, self.inner)
         if mode == "flat":
-            self.inner(grad, comm, out, stats)
+            scheme(grad, comm, out, stats)
         else:
-            sync_two_level(self.inner, grad, self.nodes, out, stats, mode)
+            sync_two_level(scheme, grad, self.nodes, out, stats, mode)
         stats.intra = mode
         if clock is not None:
             trial.record(mode, clock.stop().seconds(), comm)
