@@ -340,3 +340,50 @@ def test_ab_script_alternates_both_modes(capsys: pytest.CaptureFixture[str]) -> 
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
     assert set(rows) == {"flat", "two-level"}
     assert float(rows["two-level"][4]) < float(rows["flat"][4])
+
+
+@pytest.mark.parametrize(("intra", "rows_checked"), [("sparse", True), ("dense", False)])
+def test_input_check_reads_the_rows_a_call_sends(intra: str, rows_checked: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sparse node steps send the rank's rows: they are extracted before the input check, whose NaN test then
+    reads them, not the whole dense tensor (which cost a read of it on every call); dense steps send the dense
+    shard and extract nothing ahead."""
+    import zen.validate
+
+    seen: list[int] = []
+    real = zen.validate.all_finite
+    monkeypatch.setattr(zen.validate, "all_finite", lambda t: seen.append(t.numel()) or real(t))
+    tensors = [CASES["random"](r, 4, torch.float32) for r in range(4)]
+    zen.simulate("zen", tensors, ranks_per_node=2, intra=intra)
+    nonzero = {int(t.count_nonzero()) for t in tensors}
+    assert len(seen) == 4 and (set(seen) == nonzero if rows_checked else set(seen) == {M})
+
+
+def test_intra_trial_keeps_node_steps_within_tie_and_gives_each_candidate_its_scheme() -> None:
+    """The choice: per candidate the median of its calls' slowest-rank times; node steps win a tie (TIE) with
+    flat, the paper's dense ones a tie with sparse. Each candidate runs its own copy of the scheme on a trial
+    (no copy when the node steps are fixed)."""
+    from zen.comm.sim import SimComm, SimGroup
+    from zen.registry import make_scheme
+    from zen.twolevel import CANDIDATES, TIE, TRIAL_CALLS, IntraTrial
+
+    comm = SimComm(SimGroup(1), 0, torch.device("cpu"))
+
+    def chosen(times: dict[str, float]) -> str:
+        trial = IntraTrial()
+        while trial.chosen is None:
+            mode = trial.mode()
+            trial.record(mode, times[mode] * (1 + 0.01 * trial.calls[mode]), comm)  # the median is the middle
+        assert all(len(t) == TRIAL_CALLS for t in trial.times.values())
+        return trial.chosen
+
+    close = 1 + TIE / 2
+    assert chosen({"dense": 3.0, "sparse": close, "flat": 1.0}) == "sparse"
+    assert chosen({"dense": 3.0, "sparse": 1 + 2 * TIE, "flat": 1.0}) == "flat"
+    assert chosen({"dense": close, "sparse": 1.0, "flat": 2.0}) == "dense"
+    inner = make_scheme("zen")
+    trial = IntraTrial()
+    copies = {m: trial.scheme_for(m, inner) for m in CANDIDATES}
+    assert len({id(s) for s in copies.values()} | {id(inner)}) == len(CANDIDATES) + 1
+    assert all(trial.scheme_for(m, inner) is copies[m] for m in CANDIDATES)
+    assert IntraTrial("sparse").scheme_for("sparse", inner) is inner
