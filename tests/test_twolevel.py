@@ -242,13 +242,14 @@ def test_intra_auto_tries_each_then_all_ranks_keep_one() -> None:
 
 
 def test_intra_auto_times_zen_only_once_it_has_settled() -> None:
-    """zen spends its first calls of a size choosing BP or HC (2 BP, then 2 of each HC variant): each candidate
+    """zen spends its first calls of a size choosing BP or HC (2 BP, then 4 of each HC variant): each candidate
     runs those untimed before its timed calls, so the trial compares the paths zen will keep, not BP's."""
     from zen.algorithms.selector import ZenAuto
     from zen.comm.sim import SimComm, SimGroup
     from zen.twolevel import CANDIDATES, TRIAL_CALLS
 
-    settle = ZenAuto().measure_iters * 3  # BP's measuring calls, then the gap-coded and the plain-COO HC's
+    zen_auto = ZenAuto()
+    settle = zen_auto.measure_iters + 2 * zen_auto.trial_iters  # BP's measuring calls, then each HC variant's
     trial = len(CANDIDATES) * (settle + TRIAL_CALLS)
     per_rank = spawn("tests.test_twolevel:auto_ranks", 4, {"k": 2, "calls": trial + 2, "scheme_name": "zen"},
                      timeout_s=300)

@@ -5,9 +5,9 @@ The paper's rule (`select="bytes"`) asks the cost model which of the two receive
 alpha adds a per-message latency, which favours HC's fewer messages). Bytes are the verdict where the network
 is the bottleneck; where local work competes (ranks sharing cores, a slow decode of many partitions) they can
 mislead: at 8 ranks on 2 cores BP moves 22% fewer bytes than HC yet takes 1.7x longer. So by default
-(`select="time"`) the candidates are also timed on real backends: after the measuring BP calls as many HC
-calls run, each rank all-gathers the fastest of each, and the one slower at its fastest rank loses; within 5%
-the bytes rule decides. HC's ids go gap-coded (fewer bytes, more CPU) or as plain COO: with `hc_ids="auto"`
+(`select="time"`) the candidates are also timed on real backends: after the measuring BP calls, `trial_iters` HC
+calls of each variant run, each rank all-gathers the fastest of each, and the one slower at its fastest rank loses;
+within 5% the bytes rule decides. HC's ids go gap-coded (fewer bytes, more CPU) or as plain COO: with `hc_ids="auto"`
 (the default) both HC variants are timed the same way and the slower loses, the gap-coded one on a tie, so
 where bytes are nearly free (ranks sharing cores on loopback) HC does not pay for a coding it does not need.
 The fastest of several, not one call each: a call that met a busy core (a DDP hook's
@@ -41,10 +41,12 @@ TIE = 0.05  # time differences within this fraction leave the choice to the byte
 @register_scheme("zen")
 class ZenAuto:
     """Measures d_G and gamma^n during the first `measure_iters` calls per tensor size (as BP), then, with
-    `select="time"` on a real backend, times as many HC calls; keeps the choice. Every rank decides from the
-    same all-gathered numbers. `hc_ids`: how HC's messages carry their ids, "gaps" (zen.gaps: a compressed
-    part's rows cost 5 bytes, not 8), "coo" (the paper's) or "auto" (both timed on a real backend; gaps where
-    nothing is timed, as in the simulated group)."""
+    `select="time"` on a real backend, times `trial_iters` calls of each HC variant; keeps the choice. Four,
+    not two: at 4 ranks on 2 cores, 2^24 and 1%, the fastest of two calls kept the gap-coded ids in one of three
+    launches (37.3 ms a call, against 33.7 for zen-hc's plain ids and 31.5 for agsparse in that launch). Every
+    rank decides from the same all-gathered numbers. `hc_ids`: how HC's messages carry their ids, "gaps"
+    (zen.gaps: a compressed part's rows cost 5 bytes, not 8), "coo" (the paper's) or "auto" (both timed on a
+    real backend; gaps where nothing is timed, as in the simulated group)."""
 
     sparse_input = True
     label = "Zen"
@@ -52,7 +54,8 @@ class ZenAuto:
     marker = "o"
 
     def __init__(self, measure_iters: int = 2, alpha: float = 0.0, bandwidth_gbps: float = 25.0,
-                 choice: str | None = None, select: str = "time", hc_ids: str = "auto", **bp_options: object):
+                 choice: str | None = None, select: str = "time", hc_ids: str = "auto", trial_iters: int = 4,
+                 **bp_options: object):
         if choice not in (None, "bp", "hc"):
             raise ValueError(f"choice must be 'bp', 'hc' or None (auto), got {choice!r}")
         if select not in SELECT:
@@ -63,6 +66,7 @@ class ZenAuto:
         self.hc = HierarchicalCentralization(ids="coo" if hc_ids == "coo" else "gaps")
         self.hc_coo = HierarchicalCentralization(ids="coo") if hc_ids == "auto" else None
         self.measure_iters = max(1, measure_iters)
+        self.trial_iters = max(1, trial_iters)
         self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
         self.forced = choice
         self.select = select
@@ -102,20 +106,20 @@ class ZenAuto:
             return 0
         timed = self.select == "time" and comm.clocked and comm.world_size > 1
         variants = (2 if self.hc_coo is not None else 1) if timed else 0
-        return self.measure_iters * (1 + variants)
+        return self.measure_iters + variants * self.trial_iters
 
     def _trial_hc(self, key: tuple, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
-        """One timed HC call (gap-coded ids first, then plain COO with `hc_ids="auto"`); after `measure_iters`
+        """One timed HC call (gap-coded ids first, then plain COO with `hc_ids="auto"`); after `trial_iters`
         of each, the choice: per path its fastest call at the rank where it is fastest (the one that waited
         least for the others); COO over gaps only when faster by more than TIE; then BP against that HC, the
         bytes rule on a tie."""
         bp_s, by_bytes, hc_times = self.trials[key]
-        variant = next(v for v, times in hc_times.items() if len(times) < self.measure_iters)
+        variant = next(v for v, times in hc_times.items() if len(times) < self.trial_iters)
         clock = Clock(grad.device).start()
         self._hc_path(variant)(grad, comm, out, stats)
         stats.choice = "hc"
         hc_times[variant].append(clock.stop().seconds())
-        if any(len(times) < self.measure_iters for times in hc_times.values()):
+        if any(len(times) < self.trial_iters for times in hc_times.values()):
             return
         del self.trials[key]
         mine = [bp_s] + [min(times) for times in hc_times.values()]
