@@ -242,7 +242,7 @@ def test_intra_auto_tries_each_then_all_ranks_keep_one() -> None:
 
 
 def test_intra_auto_times_zen_only_once_it_has_settled() -> None:
-    """zen spends its first calls of a size choosing BP or HC (2 BP, then 4 of each HC variant): each candidate
+    """zen spends its first calls of a size choosing BP or HC (2 BP, then 2 of each HC variant): each candidate
     runs those untimed before its timed calls, so the trial compares the paths zen will keep, not BP's."""
     from zen.algorithms.selector import ZenAuto
     from zen.comm.sim import SimComm, SimGroup

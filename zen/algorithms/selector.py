@@ -41,12 +41,14 @@ TIE = 0.05  # time differences within this fraction leave the choice to the byte
 @register_scheme("zen")
 class ZenAuto:
     """Measures d_G and gamma^n during the first `measure_iters` calls per tensor size (as BP), then, with
-    `select="time"` on a real backend, times `trial_iters` calls of each HC variant; keeps the choice. Four,
-    not two: at 4 ranks on 2 cores, 2^24 and 1%, the fastest of two calls kept the gap-coded ids in one of three
-    launches (37.3 ms a call, against 33.7 for zen-hc's plain ids and 31.5 for agsparse in that launch). Every
-    rank decides from the same all-gathered numbers. `hc_ids`: how HC's messages carry their ids, "gaps"
-    (zen.gaps: a compressed part's rows cost 5 bytes, not 8), "coo" (the paper's) or "auto" (both timed on a
-    real backend; gaps where nothing is timed, as in the simulated group)."""
+    `select="time"` on a real backend, times `trial_iters` calls of each HC variant; keeps the choice. More
+    calls choose more surely where the variants are close (at 4 ranks on 2 cores, 2^24 and 1%, the fastest of
+    two kept the gap-coded ids in one of three launches, 37.3 ms a call against 33.7 for zen-hc's plain ids;
+    with four, plain ids in three of three), but every call of the trial is one a short benchmark times: the
+    training cells time steps 4-12, so the default stays at two. Every rank decides from the same all-gathered
+    numbers. `hc_ids`: how HC's messages carry their ids, "gaps" (zen.gaps: a compressed part's rows cost 5
+    bytes, not 8), "coo" (the paper's) or "auto" (both timed on a real backend; gaps where nothing is timed, as
+    in the simulated group)."""
 
     sparse_input = True
     label = "Zen"
@@ -54,7 +56,7 @@ class ZenAuto:
     marker = "o"
 
     def __init__(self, measure_iters: int = 2, alpha: float = 0.0, bandwidth_gbps: float = 25.0,
-                 choice: str | None = None, select: str = "time", hc_ids: str = "auto", trial_iters: int = 4,
+                 choice: str | None = None, select: str = "time", hc_ids: str = "auto", trial_iters: int = 2,
                  **bp_options: object):
         if choice not in (None, "bp", "hc"):
             raise ValueError(f"choice must be 'bp', 'hc' or None (auto), got {choice!r}")
