@@ -28,7 +28,7 @@ from harness.netem import rate
 from zen.cli_args import count
 from zen.prediction import uplink_bytes
 from zen.registry import make_scheme, schemes
-from zen.twolevel import INTRA_MODES
+from zen.twolevel import INTRA_MODES, settling_calls
 
 MODES = ("flat", "two-level")
 
@@ -51,8 +51,8 @@ def compare(scheme: str, numel: int, density: float, pattern: str, ranks_per_nod
     grad = inputs(cfg, comm.rank)
     out = torch.empty_like(grad)
     instances = {mode: make_scheme(scheme) for mode in MODES}  # per-size state (zen's BP / HC choice) apart
-    warmup = max(warmup, nodes.settling_calls(instances["two-level"], comm),  # time only the paths they keep
-                 getattr(instances["flat"], "settling_calls", lambda _: 0)(comm))
+    warmup = max(warmup, settling_calls(instances["two-level"], comm, nodes),  # time only the paths they keep
+                 settling_calls(instances["flat"], comm))
     got: dict[str, Any] = {mode: {"times": [], "received": {}} for mode in MODES}
     for i in range(warmup + calls):
         for mode in MODES if i % 2 else MODES[::-1]:

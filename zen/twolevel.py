@@ -118,11 +118,9 @@ class NodeComms:
             self.trials[key] = IntraTrial(self._fixed(comm), self._settle(settling, comm))
         return self.trials[key]
 
-    def settling_calls(self, scheme: Scheme, comm: Communicator) -> int:
-        """Calls of one tensor size before two-level sync of `scheme` keeps one path (auto: every candidate's
-        settling and timed calls; else the scheme's own choosing on `inter`), the same on every rank: what a
-        benchmark leaves untimed."""
-        settling = getattr(scheme, "settling_calls", lambda _: 0)
+    def settling_calls(self, settling: Callable[[Communicator], int], comm: Communicator) -> int:
+        """Calls of one tensor size before two-level sync keeps one path (auto: every candidate's settling and
+        timed calls; else the scheme's own choosing on `inter`; `settling` as in `steps_for`)."""
         if self._fixed(comm) is not None:
             return settling(self.inter)
         return sum(calls + TRIAL_CALLS for calls in self._settle(settling, comm).values())
@@ -154,6 +152,7 @@ class IntraTrial:
     calls: dict[str, int] = field(default_factory=lambda: {m: 0 for m in CANDIDATES})
     times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in CANDIDATES})
     copies: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)  # scheme -> candidate -> copy
+    on_trial: bool = field(init=False)  # whether the candidates are timed (else the node steps are fixed)
 
     def __post_init__(self) -> None:
         self.on_trial = self.chosen is None
@@ -229,6 +228,18 @@ def sim_node_comms(group: SimGroup, ranks_per_node: int, mode: str = "auto"
     return comms
 
 
+def scheme_settling(scheme: Scheme) -> Callable[[Communicator], int]:
+    """The calls a scheme spends choosing its own path on a communicator (zen's trial; none for the others)."""
+    return getattr(scheme, "settling_calls", lambda _: 0)
+
+
+def settling_calls(scheme: Scheme, comm: Communicator, nodes: NodeComms | None = None) -> int:
+    """Calls of one tensor size a sync of `scheme` over `comm` (two-level with `nodes`) spends choosing its
+    path, the same on every rank: what a benchmark leaves untimed."""
+    own = scheme_settling(scheme)
+    return own(comm) if nodes is None else nodes.settling_calls(own, comm)
+
+
 def interleaved_rows(rows: int, shards: int, j: int) -> int:
     """How many of `rows` rows shard j of `shards` interleaved ones holds (rows j, j + shards, ...)."""
     return max(rows - j + shards - 1, 0) // shards
@@ -262,7 +273,7 @@ class TwoLevel:
         return mode == "sparse" or (mode == "flat" and getattr(self.inner, "sparse_input", True))
 
     def _trial(self, grad: LocalGrad, comm: Communicator) -> IntraTrial:
-        return self.nodes.steps_for(self.name, grad, comm, getattr(self.inner, "settling_calls", lambda _: 0))
+        return self.nodes.steps_for(self.name, grad, comm, scheme_settling(self.inner))
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         assert isinstance(out, DenseOutput)

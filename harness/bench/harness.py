@@ -27,7 +27,7 @@ from zen.api import simulate, sync
 from zen.comm.sim import SimComm, SimGroup
 from zen.prediction import link_class, uplink_bytes
 from zen.registry import make_scheme
-from zen.twolevel import dist_node_comms, nodes_of, sim_node_comms
+from zen.twolevel import dist_node_comms, nodes_of, settling_calls, sim_node_comms
 from zen.types import SyncStats
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -146,8 +146,7 @@ def dist_worker(cfg: BenchConfig) -> dict[str, RankRecord]:
     for name in cfg.schemes:
         scheme = make_scheme(name, **cfg.options.get(name, {}))
         times, cpu, stats = [], [], SyncStats()
-        warmup = max(cfg.warmup, nodes.settling_calls(scheme, comm) if nodes is not None
-                     else getattr(scheme, "settling_calls", lambda _: 0)(comm))  # time only the path it keeps
+        warmup = max(cfg.warmup, settling_calls(scheme, comm, nodes))  # time only the path it keeps
         for i in range(warmup + cfg.repeats):
             if cfg.in_place:
                 out.copy_(grad)
