@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
 
@@ -51,6 +52,16 @@ def _family(seed: int = 7, k: int = 3) -> hashing.HashFamily:
     return hashing.HashFamily.from_seed(seed, k)
 
 
+@pytest.fixture(params=[1, 2], ids=["one-chunk", "chunks"])
+def threads(request: pytest.FixtureRequest) -> Iterator[int]:
+    """torch's intra-op threads for a kernel call: one thread runs one chunk and checks its inputs where it
+    ends, more run several chunks after a pre-pass that checks them first."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 def _members(parts: hashing.Partitions, index: torch.Tensor) -> list[list[int]]:
     """Sorted row ids per partition (order inside a partition is free)."""
     return [sorted(index[p].tolist()) for p in parts.order.split(parts.counts)]
@@ -94,6 +105,28 @@ def test_partition_membership_matches_reference(ext: ModuleType, dtype: torch.dt
             assert _members(fast, index) == _members(ref, index)
             if r1_factor < 1 and index.numel() > 1000:
                 assert fast.serial > 0  # the overflow path really ran
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_partition_rows_are_the_partitions_in_input_order(ext: ModuleType, n: int, threads: int) -> None:
+    """BP's CPU push: the rows of each partition of Algorithm 1 (same counts and members), in input order,
+    each id with its own row's bits (widths 1 and 3, every value dtype, int32 and int64 ids, narrowed where
+    they fit)."""
+    family = _family()
+    g = torch.Generator().manual_seed(29)
+    for dtype in (torch.int32, torch.int64):
+        for index in _adversarial_indices(dtype):
+            parts = hashing.hierarchical_hash(index, n, family)
+            for D, vdtype in ((1, torch.float32), (3, torch.float16), (1, torch.float64), (3, torch.bfloat16)):
+                values = torch.randn(index.numel(), D, generator=g).to(vdtype)
+                for wire in (torch.int32, torch.int64) if index.numel() == 0 or index.max() < 2**31 else (torch.int64,):
+                    got = native.partition_rows(index, values, n, family, wire)
+                    assert got is not None
+                    ids, rows, counts = got
+                    assert counts == parts.counts and ids.dtype == wire and rows.dtype == vdtype
+                    pos = torch.cat([torch.nonzero(family.h0(index, n) == p).view(-1) for p in range(n)])
+                    assert torch.equal(ids.long(), index[pos].long())
+                    assert torch.equal(rows.view(torch.uint8), values[pos].view(torch.uint8))
 
 
 def test_nonzero_rows_match_reference(ext: ModuleType) -> None:
@@ -162,10 +195,12 @@ def test_hash_bitmap_encode_decode_scatter(ext: ModuleType, dtype: torch.dtype) 
 
 
 @pytest.mark.parametrize("dtype", VALUE_DTYPES)
-def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: torch.dtype) -> None:
+def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: torch.dtype, threads: int) -> None:
     """BP's one-pass CPU pull == every server's message decoded, then fill_sum, bit for bit: 1 to 8 servers,
     M not a multiple of 64 (a partial last word) or of the 1 KB staging block, widths 1, 3 and 700 (a block
-    of one word), empty, sparse and full partitions, a message's padding bits set, and the mean."""
+    of one word), empty, sparse and full partitions, a message's padding bits set, the mean, an output that
+    is 64-byte aligned or not; one chunk and several. Messages at odds with their values or sizes are
+    refused, never read past."""
     g = torch.Generator().manual_seed(17)
     for M, D in ((1, 1), (63, 1), (64, 3), (257, 1), (5000, 1), (4097, 3), (300, 700)):
         for n in (1, 3, 4, 8):
@@ -182,7 +217,8 @@ def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: to
                     for j, (p, v) in enumerate(messages)]
             bits = hashing.server_bits(M, n, _family(), dense.device)
             for divisor in (1, 3) if dtype in (torch.float32, torch.float64) else (1,):
-                want, got = torch.empty(M, D, dtype=dtype), torch.full((M, D), 9.0, dtype=dtype)
+                want = torch.empty(M, D, dtype=dtype)
+                got = torch.full((M + 1, D), 9.0, dtype=dtype)[n % 2 :][:M]  # 64-byte aligned or not
                 assert native.fill_sum(want, sets, divisor)
                 assert native.fill_hash_bitmap(got, messages, bits, divisor)
                 assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (M, D, n, divisor)
@@ -190,7 +226,7 @@ def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: to
     members, offsets = hashing.server_rows(100, 2, _family(), torch.device("cpu"))
     ones = torch.ones(100, 1)
     messages = [HASH_BITMAP.encode(ones, members[offsets[j] : offsets[j + 1]], torch.int32)[0] for j in range(2)]
-    with pytest.raises(RuntimeError, match="values for"):  # a message with a row too few
+    with pytest.raises(RuntimeError, match="values for"):  # a message with a row too few: not read past
         ext.fill_hash_bitmap(torch.empty(100, 1), [p for p, _ in messages], [messages[0][1], messages[1][1][1:]],
                              bits, 1)
     with pytest.raises(RuntimeError, match="does not match"):  # a payload of the wrong size

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from zen import native
 from zen.comm.base import Communicator, Packed, count_meta, gather_v_meta
 from zen.costmodel import Prediction, Sparsity
 from zen.device import accelerated
@@ -68,11 +69,16 @@ class BalancedParallelism:
         values) every rank pushed to us, in rank order (ours included)."""
         index, values = grad.rows()
         n = comm.world_size
-        parts = hierarchical_hash(index, n, family, self.r1_factor, self.r2_ratio)
         stats.nnz = int(index.numel())
-        stats.extra["serial_rows"] = float(parts.serial)
-        wire_index = index.index_select(0, parts.order).to(grad.index_dtype())
-        packed = Packed((wire_index, take_rows(values, parts.order)), parts.counts)
+        if not accelerated(grad.device) and (grouped := native.partition_rows(index, values, n, family,
+                                                                               grad.index_dtype())) is not None:
+            wire_index, wire_values, counts = grouped  # the partitions without the slot claims (a few cores)
+        else:
+            parts = hierarchical_hash(index, n, family, self.r1_factor, self.r2_ratio)
+            stats.extra["serial_rows"] = float(parts.serial)
+            wire_index = index.index_select(0, parts.order).to(grad.index_dtype())
+            wire_values, counts = take_rows(values, parts.order), parts.counts
+        packed = Packed((wire_index, wire_values), counts)
         received = comm.all_to_all_v(packed, phase="push")
         stats.push_counts = packed.rows
         return received

@@ -123,6 +123,19 @@ def hierarchical_hash(
     return order, counts.tolist(), int(serial)
 
 
+def partition_rows(index: torch.Tensor, values: torch.Tensor, n: int, family: HashFamily, index_dtype: torch.dtype
+                   ) -> tuple[torch.Tensor, torch.Tensor, list[int]] | None:
+    """BP's push on the CPU: (ids as `index_dtype`, their rows, rows per server) grouped by h0, in input order
+    inside a server: the partitions of Algorithm 1 without the slot claims that only order a partition."""
+    if (index.dim() != 1 or index.dtype not in INDEX_DTYPES or index.device.type != "cpu" or values.dim() != 2
+            or values.dtype not in VALUE_DTYPES or index_dtype not in INDEX_DTYPES
+            or len(family.coeffs) > MAX_LEVELS or (ext := get("cpu")) is None):
+        return None
+    a, b = _coeffs(family)
+    ids, rows, counts = ext.partition_rows(index, values, n, a, b, index_dtype == torch.int32)
+    return ids, rows, counts.tolist()
+
+
 def server_rows(
     num_rows: int, n: int, family: HashFamily, device: torch.device | str
 ) -> tuple[torch.Tensor, tuple[int, ...]] | None:

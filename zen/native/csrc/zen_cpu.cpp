@@ -469,6 +469,55 @@ std::tuple<Tensor, Tensor, int64_t> hierarchical_hash(const Tensor& index_in, in
   return with_index<kDevice>(index, [&](auto tag) { return hash_impl<decltype(tag)>(index, n, f, r1, r2); });
 }
 
+// BP's push on the CPU (Algorithm 1's outcome without its slot claims): the rows grouped by server h0(id),
+// in input order inside a server, the ids narrowed to the wire's type and the values moved with them, in one
+// stable counting sort. The k probes of Algorithm 1 only order the rows inside a partition, which no server
+// reads: a few cores need no collision-free slots to write the partitions in parallel (the CUDA kernel does).
+template <typename Idx, typename Out, typename Bits>
+void group_rows(const Idx* idx, const Bits* src, Out* ids, Bits* dst, int64_t nnz, int64_t D, int64_t n,
+                const Family& f, std::vector<int64_t>& offsets) {
+  const Chunks chunks(nnz, kGrain / 4);
+  std::vector<uint32_t> part(nnz);
+  const std::vector<int64_t> hist = partition_histogram(idx, chunks, n, f, part);
+  std::vector<int64_t> cursor = chunk_cursors(hist, chunks.count, n, offsets);
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    int64_t* cur = cursor.data() + c * n;
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t slot = cur[part[i]]++;
+      ids[slot] = static_cast<Out>(idx[i]);
+      if (D == 1) dst[slot] = src[i];
+      else std::memcpy(dst + slot * D, src + i * D, D * sizeof(Bits));
+    }
+  });
+}
+
+std::tuple<Tensor, Tensor, Tensor> partition_rows(const Tensor& index_in, const Tensor& values_in, int64_t n,
+                                                  std::vector<int64_t> a, std::vector<int64_t> b, bool narrow) {
+  const Tensor index = index_in.contiguous(), values = values_in.contiguous();
+  TORCH_CHECK(index.dim() == 1 && index.device().is_cpu() && values.device().is_cpu() && values.dim() == 2 &&
+                  values.size(0) == index.numel(),
+              "zen native: partition_rows needs a 1-D CPU index and (nnz, D) CPU values");
+  TORCH_CHECK(n >= 1 && n <= (int64_t{1} << 31), "zen native: need 1 <= n < 2^31 servers");
+  const Family f = family_of<kDevice>(a, b);
+  const int64_t nnz = index.numel(), D = values.size(1);
+  Tensor ids = at::empty({nnz}, index.options().dtype(narrow ? at::kInt : at::kLong));
+  Tensor rows = at::empty_like(values);
+  std::vector<int64_t> offsets(n + 1, 0);
+  with_index<kDevice>(index, [&](auto itag) {
+    using Idx = decltype(itag);
+    with_bits<kDevice>(values, [&](auto btag) {
+      using Bits = decltype(btag);
+      const auto* src = static_cast<const Bits*>(values.data_ptr());
+      auto* dst = static_cast<Bits*>(rows.data_ptr());
+      if (narrow) group_rows(index.data_ptr<Idx>(), src, ids.data_ptr<int32_t>(), dst, nnz, D, n, f, offsets);
+      else group_rows(index.data_ptr<Idx>(), src, ids.data_ptr<int64_t>(), dst, nnz, D, n, f, offsets);
+    });
+  });
+  Tensor counts = at::empty({n}, at::kLong);
+  for (int64_t p = 0; p < n; ++p) counts.data_ptr<int64_t>()[p] = offsets[p + 1] - offsets[p];
+  return std::make_tuple(ids, rows, counts);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // S_j for all servers: rows 0..M-1 grouped by h0, ascending inside each group (a stable counting sort,
 // identical to the reference's stable sort). Returns (members, offsets[n + 1]).
@@ -1152,9 +1201,35 @@ struct BitmapCursor {
   const uint8_t* const* stream;
   const int64_t* nbytes;
   const V* const* src;
-  int64_t* at;    // next payload bit of each server
-  int64_t* next;  // next value row of each server
+  const int64_t* rows;  // value rows of each server
+  int64_t* at;          // next payload bit of each server
+  int64_t* next;        // next value row of each server
+  char* bad;            // of each server: set where its payload asks for more rows than its values hold
 };
+
+// Server j's rows among the 64 of a word whose members in S_j are m: its next popcount(m) payload bits
+// deposited on m (pdep), the cursor moved past them. None where they would read past the server's values
+// (a payload at odds with its values or with the membership words): `bad` is set, the caller reports it.
+template <typename V>
+inline uint64_t landed_rows(const BitmapCursor<V>& c, int64_t j, uint64_t m, int64_t& at, int64_t next) {
+  const int k = __builtin_popcountll(m);
+  const uint64_t landed = k ? deposit_bits(take_bits(c.stream[j], c.nbytes[j], at, k), m) : 0;
+  at += k;
+  const bool over = next + __builtin_popcountll(landed) > c.rows[j];
+  c.bad[j] |= over;
+  return over ? 0 : landed;
+}
+
+// Exclusive prefix over the chunks of server j's entries base[c * n + j], in place; returns the total.
+int64_t exclusive_scan_servers(std::vector<int64_t>& base, int64_t chunks, int64_t n, int64_t j) {
+  int64_t total = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t here = base[c * n + j];
+    base[c * n + j] = total;
+    total += here;
+  }
+  return total;
+}
 
 // Calls f(std::integral_constant<int, n>) for 1 <= n <= kBitmapServers: the word loop unrolled per server count.
 template <typename F>
@@ -1181,10 +1256,7 @@ inline void pull_words(V* acc, int64_t D, int64_t w_lo, int64_t w_hi, int64_t r0
   for (int64_t w = w_lo; w < w_hi; ++w) {
     uint64_t landed[N], any = 0;
     for (int j = 0; j < N; ++j) {
-      const uint64_t m = c.words[j * c.W + w];
-      const int k = __builtin_popcountll(m);
-      landed[j] = k ? deposit_bits(take_bits(c.stream[j], c.nbytes[j], at[j], k), m) : 0;
-      at[j] += k;
+      landed[j] = landed_rows(c, j, c.words[j * c.W + w], at[j], next[j]);
       any |= landed[j];
     }
     V* base = acc + (w * 64 - r0) * D;
@@ -1208,6 +1280,43 @@ inline void pull_words(V* acc, int64_t D, int64_t w_lo, int64_t w_hi, int64_t r0
   }
   for (int j = 0; j < N; ++j) c.at[j] = at[j], c.next[j] = next[j];
 }
+
+#if defined(__AVX512F__) && defined(__BMI2__)
+// pull_words for one-element float32 rows, without the staging block: a word's 64 rows are four vectors,
+// each server's landed rows are loaded straight into their lanes (an expanding load reads its next
+// popcount values in order), and the four vectors are written once, streamed where `out` is 64-byte aligned.
+// Each row is 0 + its value (then / divisor), as in pull_words.
+template <int N>
+inline void pull_words_f32(float* out, int64_t M, int64_t w_lo, int64_t w_hi, int64_t divisor,
+                           const BitmapCursor<float>& c) {
+  int64_t at[N], next[N];
+  for (int j = 0; j < N; ++j) at[j] = c.at[j], next[j] = c.next[j];
+  const bool aligned = (reinterpret_cast<uintptr_t>(out) & 63) == 0;
+  const __m512 zero = _mm512_setzero_ps(), by = _mm512_set1_ps(static_cast<float>(divisor));
+  for (int64_t w = w_lo; w < w_hi; ++w) {
+    __m512 lane[4] = {zero, zero, zero, zero};
+    for (int j = 0; j < N; ++j) {
+      const uint64_t landed = landed_rows(c, j, c.words[j * c.W + w], at[j], next[j]);
+      for (int q = 0; q < 4; ++q) {
+        const auto piece = static_cast<__mmask16>(landed >> (16 * q));
+        lane[q] = _mm512_mask_expandloadu_ps(lane[q], piece, c.src[j] + next[j]);
+        next[j] += __builtin_popcount(piece);
+      }
+    }
+    float* row = out + w * 64;
+    const int64_t rows = std::min<int64_t>(64, M - w * 64);
+    for (int q = 0; q < 4; ++q) {
+      __m512 x = _mm512_add_ps(zero, lane[q]);
+      if (divisor != 1) x = _mm512_div_ps(x, by);
+      if (rows == 64 && aligned) _mm512_stream_ps(row + 16 * q, x);
+      else if (rows == 64) _mm512_storeu_ps(row + 16 * q, x);
+      else if (rows > 16 * q)
+        _mm512_mask_storeu_ps(row + 16 * q, static_cast<__mmask16>(low_bits(~uint64_t{0}, static_cast<int>(std::min<int64_t>(16, rows - 16 * q)))), x);
+    }
+  }
+  for (int j = 0; j < N; ++j) c.at[j] = at[j], c.next[j] = next[j];
+}
+#endif
 
 void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const std::vector<Tensor>& values_in,
                       const Tensor& bits_in, int64_t divisor) {
@@ -1236,66 +1345,79 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
                     values[j].scalar_type() == out.scalar_type() && values[j].device().is_cpu(),
                 "zen native: fill_hash_bitmap needs 1-D uint8 payloads and values of out's dtype");
   }
-  // A block is whole words of rows, at least the staging buffer's 1 KB where rows are narrow.
+  // A block is whole words of rows, at least the staging buffer's 1 KB where rows are narrow. One thread runs
+  // one chunk and checks the payloads' sizes where it ends: a pre-pass over every membership word, to learn
+  // where each chunk starts in each server's stream, costs a sixth of the kernel.
   const int64_t block_words = std::max<int64_t>(1, kStageBytes / (64 * row_bytes));
-  const Chunks chunks((W + block_words - 1) / block_words, std::max<int64_t>(1, kGrain / (64 * block_words * D)));
-  // Where each chunk starts in each server's bit stream (members of S_j before it) and in its values.
-  std::vector<int64_t> member_base(chunks.count * n), value_base(chunks.count * n);
-  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t s = 0;
-      for (int64_t w = lo * block_words; w < std::min(W, hi * block_words); ++w) s += __builtin_popcountll(words[j * W + w]);
-      member_base[c * n + j] = s;
-    }
-  });
-  // exclusive prefix over the chunks, in place; returns the total
-  const auto scan_servers = [&](std::vector<int64_t>& base, int64_t j) {
-    int64_t total = 0;
-    for (int64_t c = 0; c < chunks.count; ++c) {
-      const int64_t here = base[c * n + j];
-      base[c * n + j] = total;
-      total += here;
-    }
-    return total;
-  };
+  const int64_t blocks = (W + block_words - 1) / block_words;
+  const Chunks chunks(blocks, at::get_num_threads() == 1 ? blocks : std::max<int64_t>(1, kGrain / (64 * block_words * D)));
+  // Each chunk's cursors: where it starts in each server's bit stream (members of S_j before it) and values.
+  std::vector<int64_t> at(chunks.count * n, 0), next(chunks.count * n, 0), nbytes(n), rows(n);
+  std::vector<char> bad(chunks.count * n, 0);
   std::vector<const uint8_t*> stream(n);
-  std::vector<int64_t> members(n);
   for (int64_t j = 0; j < n; ++j) {
-    members[j] = scan_servers(member_base, j);
-    check_payload<kDevice>(payloads[j], members[j]);
     stream[j] = payloads[j].data_ptr<uint8_t>();
+    nbytes[j] = payloads[j].numel();  // no read of a stream leaves it (take_bits)
+    rows[j] = values[j].numel() / D;  // nor of the values (landed_rows)
+    TORCH_CHECK(values[j].numel() == rows[j] * D, "zen native: ", values[j].numel(), " values from server ", j,
+                " are not rows of width ", D);
   }
-  chunks.run([&](int64_t c, int64_t, int64_t) {
+  if (chunks.count > 1) {
+    chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t s = 0;
+        for (int64_t w = lo * block_words; w < std::min(W, hi * block_words); ++w) s += __builtin_popcountll(words[j * W + w]);
+        at[c * n + j] = s;
+      }
+    });
+    std::vector<int64_t> members(n);
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t to = c + 1 < chunks.count ? member_base[(c + 1) * n + j] : members[j];
-      value_base[c * n + j] = popcount_range(stream[j], member_base[c * n + j], to);
+      members[j] = exclusive_scan_servers(at, chunks.count, n, j);
+      check_payload<kDevice>(payloads[j], members[j]);
     }
-  });
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t rows = scan_servers(value_base, j);
-    TORCH_CHECK(values[j].numel() == rows * D, "zen native: ", values[j].numel(), " values for ", rows,
-                " rows of width ", D, " from server ", j);
+    chunks.run([&](int64_t c, int64_t, int64_t) {
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t to = c + 1 < chunks.count ? at[(c + 1) * n + j] : members[j];
+        next[c * n + j] = popcount_range(stream[j], at[c * n + j], to);
+      }
+    });
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t set = exclusive_scan_servers(next, chunks.count, n, j);
+      TORCH_CHECK(rows[j] == set, "zen native: ", values[j].numel(), " values for ", set, " rows of width ", D,
+                  " from server ", j);
+    }
   }
   const int64_t block_rows = block_words * 64;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fill_hash_bitmap", [&] {
     std::vector<const scalar_t*> src(n);
     for (int64_t j = 0; j < n; ++j) src[j] = values[j].data_ptr<scalar_t>();
     char* dst = static_cast<char*>(out.data_ptr());
+#if defined(__AVX512F__) && defined(__BMI2__)
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      if (D == 1) {
+        chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+          const BitmapCursor<float> cursor{words, W, stream.data(), nbytes.data(),
+                                           reinterpret_cast<const float* const*>(src.data()), rows.data(),
+                                           &at[c * n], &next[c * n], &bad[c * n]};
+          with_servers(n, [&](auto servers) {
+            pull_words_f32<decltype(servers)::value>(out.data_ptr<float>(), M, lo * block_words,
+                                                     std::min(W, hi * block_words), divisor, cursor);
+          });
+        });
+        return;
+      }
+    }
+#endif
     chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
       std::vector<char> stage_buf(block_rows * row_bytes + 64);
       char* stage = stage_buf.data() + ((-reinterpret_cast<intptr_t>(stage_buf.data())) & 63);
       auto* acc = reinterpret_cast<scalar_t*>(stage);
-      int64_t at[kBitmapServers], next[kBitmapServers], nbytes[kBitmapServers];
-      for (int64_t j = 0; j < n; ++j) {
-        at[j] = member_base[c * n + j];
-        next[j] = value_base[c * n + j];
-        nbytes[j] = (members[j] + 7) / 8;
-      }
       for (int64_t b = lo; b < hi; ++b) {
         const int64_t r0 = b * block_rows, r1 = std::min(M, r0 + block_rows);
         if ((r1 - r0) * row_bytes == kStageBytes) std::memset(stage, 0, kStageBytes);  // inlined vector stores
         else std::memset(stage, 0, (r1 - r0) * row_bytes);
-        const BitmapCursor<scalar_t> cursor{words, W, stream.data(), nbytes, src.data(), at, next};
+        const BitmapCursor<scalar_t> cursor{words, W, stream.data(), nbytes.data(), src.data(), rows.data(),
+                                            &at[c * n], &next[c * n], &bad[c * n]};
         const int64_t w_lo = b * block_words, w_hi = std::min(W, (b + 1) * block_words);
         with_servers(n, [&](auto servers) {
           if (D == 1) pull_words<decltype(servers)::value, true>(acc, 1, w_lo, w_hi, r0, cursor);
@@ -1312,6 +1434,12 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
 #if defined(__SSE2__) || defined(__AVX512F__)
   _mm_sfence();  // non-temporal stores are weakly ordered: make them visible before anyone reads `out`
 #endif
+  if (chunks.count == 1)  // the pre-pass's checks, on the cursors the one chunk ended at (`out` is then garbage)
+    for (int64_t j = 0; j < n; ++j) {
+      check_payload<kDevice>(payloads[j], at[j]);
+      TORCH_CHECK(!bad[j] && next[j] == rows[j], "zen native: ", values[j].numel(), " values for ",
+                  popcount_range(stream[j], 0, at[j]), " rows of width ", D, " from server ", j);
+    }
 }
 
 // A BP server's aggregate, encoded (Algorithm 2) straight from what the ranks pushed to it: the rows of S_r
@@ -1654,6 +1782,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("nonzero_rows", &nonzero_rows, "ascending non-zero row ids (int64) and their rows",
         py::call_guard<py::gil_scoped_release>());
   m.def("hierarchical_hash", &hierarchical_hash, "Algorithm 1: (order, counts, serial)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("partition_rows", &partition_rows, "BP's push: (ids, rows, counts) grouped by server h0, stable",
         py::call_guard<py::gil_scoped_release>());
   m.def("server_rows", &server_rows, "S_j of every server: (members, offsets)",
         py::call_guard<py::gil_scoped_release>());
