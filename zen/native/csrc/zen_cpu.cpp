@@ -1286,22 +1286,38 @@ inline void pull_words(V* acc, int64_t D, int64_t w_lo, int64_t w_hi, int64_t r0
 // each server's landed rows are loaded straight into their lanes (an expanding load reads its next
 // popcount values in order), and the four vectors are written once, streamed where `out` is 64-byte aligned.
 // Each row is 0 + its value (then / divisor), as in pull_words.
-template <int N>
+template <int N, bool kGuard>
 inline void pull_words_f32(float* out, int64_t M, int64_t w_lo, int64_t w_hi, int64_t divisor,
                            const BitmapCursor<float>& c) {
-  int64_t at[N], next[N];
-  for (int j = 0; j < N; ++j) at[j] = c.at[j], next[j] = c.next[j];
+  int64_t at[N], next[N], nbytes[N];
+  const uint64_t* words[N];
+  const uint8_t* stream[N];
+  const float* src[N];
+  for (int j = 0; j < N; ++j) {
+    at[j] = c.at[j], next[j] = c.next[j], nbytes[j] = c.nbytes[j];
+    words[j] = c.words + j * c.W, stream[j] = c.stream[j], src[j] = c.src[j];
+  }
   const bool aligned = (reinterpret_cast<uintptr_t>(out) & 63) == 0;
   const __m512 zero = _mm512_setzero_ps(), by = _mm512_set1_ps(static_cast<float>(divisor));
   for (int64_t w = w_lo; w < w_hi; ++w) {
     __m512 lane[4] = {zero, zero, zero, zero};
     for (int j = 0; j < N; ++j) {
-      const uint64_t landed = landed_rows(c, j, c.words[j * c.W + w], at[j], next[j]);
+      uint64_t landed;
+      if constexpr (kGuard) {
+        landed = landed_rows(c, j, words[j][w], at[j], next[j]);
+      } else {  // the payloads hold no more set bits than their values: nothing to guard
+        const uint64_t m = words[j][w];
+        const int k = __builtin_popcountll(m);
+        landed = _pdep_u64(take_bits(stream[j], nbytes[j], at[j], k), m);
+        at[j] += k;
+      }
+      const float* v = src[j] + next[j];
       for (int q = 0; q < 4; ++q) {
         const auto piece = static_cast<__mmask16>(landed >> (16 * q));
-        lane[q] = _mm512_mask_expandloadu_ps(lane[q], piece, c.src[j] + next[j]);
-        next[j] += __builtin_popcount(piece);
+        lane[q] = _mm512_mask_expandloadu_ps(lane[q], piece, v);
+        v += __builtin_popcount(piece);
       }
+      next[j] = v - src[j];
     }
     float* row = out + w * 64;
     const int64_t rows = std::min<int64_t>(64, M - w * 64);
@@ -1362,6 +1378,10 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
     TORCH_CHECK(values[j].numel() == rows[j] * D, "zen native: ", values[j].numel(), " values from server ", j,
                 " are not rows of width ", D);
   }
+  // Every read of the values needs a guard only where a payload sets more bits than its values have rows
+  // (padding bits set, or a message at odds with its values): a popcount of the payloads tells.
+  bool guard = false;
+  for (int64_t j = 0; j < n; ++j) guard |= popcount_range(stream[j], 0, 8 * nbytes[j]) > rows[j];
   if (chunks.count > 1) {
     chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
       for (int64_t j = 0; j < n; ++j) {
@@ -1400,8 +1420,11 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
                                            reinterpret_cast<const float* const*>(src.data()), rows.data(),
                                            &at[c * n], &next[c * n], &bad[c * n]};
           with_servers(n, [&](auto servers) {
-            pull_words_f32<decltype(servers)::value>(out.data_ptr<float>(), M, lo * block_words,
-                                                     std::min(W, hi * block_words), divisor, cursor);
+            constexpr int N = decltype(servers)::value;
+            float* const o = out.data_ptr<float>();
+            const int64_t w_lo = lo * block_words, w_hi = std::min(W, hi * block_words);
+            if (guard) pull_words_f32<N, true>(o, M, w_lo, w_hi, divisor, cursor);
+            else pull_words_f32<N, false>(o, M, w_lo, w_hi, divisor, cursor);
           });
         });
         return;
