@@ -235,11 +235,13 @@ def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: to
 
 
 @pytest.mark.parametrize("dtype", VALUE_DTYPES)
-def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("ascending", [False, True], ids=["any-order", "ascending"])
+def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, dtype: torch.dtype,
+                                                              ascending: bool) -> None:
     """A server's one-pass aggregate + encode == the compact sum over sorted distinct ids, then encode_rows, bit
-    for bit: overlapping pushes in any order, rows whose sums cancel to zero (left out), -0.0 values, int32
-    and int64 ids, widths 1 and 3, 1 to 4 pushers; a row the server does not own and one outside the tensor
-    are refused."""
+    for bit: overlapping pushes in any order or each ascending (BP's CPU push), rows whose sums cancel to zero
+    (left out), -0.0 values, int32 and int64 ids, widths 1 and 3, 1 to 4 pushers; a row the server does not
+    own and one outside the tensor are refused."""
     from zen.algorithms.bp import compact_sum
 
     g = torch.Generator().manual_seed(23)
@@ -252,6 +254,8 @@ def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, d
             received = []
             for _ in range(n):
                 take = mine[torch.randperm(mine.numel(), generator=g)[: max(1, mine.numel() // 3)]]
+                if ascending:
+                    take = take.sort().values
                 values = torch.randn(take.numel(), D, generator=g).to(dtype)
                 values[0] = -0.0
                 received.append((take.int(), values))
@@ -269,10 +273,14 @@ def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, d
     members, offsets = hashing.server_rows(100, 2, _family(), torch.device("cpu"))
     words = hashing.server_bits(100, 2, _family(), torch.device("cpu"))[0]
     other = members[offsets[1] : offsets[2]][:1]
-    with pytest.raises(RuntimeError, match="does not own"):
-        ext.aggregate_hash_bitmap([other], [torch.ones(1, 1)], words, 100)
-    with pytest.raises(RuntimeError, match="outside"):
-        ext.aggregate_hash_bitmap([torch.tensor([100])], [torch.ones(1, 1)], words, 100)
+    mine = members[offsets[0] : offsets[1]][:2]
+    both = torch.cat([mine, other]).sort(descending=not ascending).values
+    for pushed in ([other], [both]):
+        with pytest.raises(RuntimeError, match="does not own"):
+            ext.aggregate_hash_bitmap(pushed, [torch.ones(pushed[0].numel(), 1)], words, 100)
+    for pushed in ([torch.tensor([100])], [torch.tensor([0, 100] if ascending else [100, 0])]):
+        with pytest.raises(RuntimeError, match="outside"):
+            ext.aggregate_hash_bitmap(pushed, [torch.ones(pushed[0].numel(), 1)], words, 100)
 
 
 def test_decode_ignores_padding_bits(ext: ModuleType) -> None:
