@@ -499,7 +499,7 @@ def test_kernels_bench_cli(ext: ModuleType, tmp_path, capsys: pytest.CaptureFixt
     assert main(["kernels-bench", "--numel", "65536", "--repeats", "1", "--servers", "4"]) == 0  # BP's CPU rows
     text = capsys.readouterr().out
     assert "extract + hash" in text and "hash, k=3" in text and out.exists()
-    assert "BP pull: decode + write" in text and "BP server: sum + encode" in text
+    assert "BP pull: decode + write" in text and "BP server: sum + encode" in text and "BP push: partition" in text
 
 
 def test_cuda_kernels_compile_with_nvcc(nvcc_check: Future | None) -> None:

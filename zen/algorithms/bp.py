@@ -68,20 +68,27 @@ class BalancedParallelism:
         """Partition this rank's non-zeros, send each partition to its server; returns the (row ids,
         values) every rank pushed to us, in rank order (ours included)."""
         index, values = grad.rows()
-        n = comm.world_size
         stats.nnz = int(index.numel())
-        if not accelerated(grad.device) and (grouped := native.partition_rows(index, values, n, family,
-                                                                               grad.index_dtype())) is not None:
-            wire_index, wire_values, counts = grouped  # the partitions without the slot claims (a few cores)
-        else:
-            parts = hierarchical_hash(index, n, family, self.r1_factor, self.r2_ratio)
-            stats.extra["serial_rows"] = float(parts.serial)
-            wire_index = index.index_select(0, parts.order).to(grad.index_dtype())
-            wire_values, counts = take_rows(values, parts.order), parts.counts
+        wire_index, wire_values, counts, serial = self.partition(index, values, comm.world_size, family,
+                                                                 grad.index_dtype())
+        if serial >= 0:
+            stats.extra["serial_rows"] = float(serial)
         packed = Packed((wire_index, wire_values), counts)
         received = comm.all_to_all_v(packed, phase="push")
         stats.push_counts = packed.rows
         return received
+
+    def partition(self, index: torch.Tensor, values: torch.Tensor, n: int, family: HashFamily,
+                  index_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, list[int] | torch.Tensor, int]:
+        """(wire ids, their rows, rows per server, rows that missed the k probes or -1) grouped by server. On
+        the CPU one stable counting sort by h0 (native partition_rows): Algorithm 1's partitions without its
+        slot claims, which only order a partition and let thousands of GPU threads write without a sort."""
+        if not accelerated(index.device) and (grouped := native.partition_rows(index, values, n, family,
+                                                                                index_dtype)) is not None:
+            return *grouped, -1
+        parts = hierarchical_hash(index, n, family, self.r1_factor, self.r2_ratio)
+        return (index.index_select(0, parts.order).to(index_dtype), take_rows(values, parts.order), parts.counts,
+                parts.serial)
 
     def aggregate(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats,
                   family: HashFamily, received: list[PullMessage]

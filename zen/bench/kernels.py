@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from zen import hashing, native
-from zen.algorithms.bp import BITS_SERVERS, compact_sum
+from zen.algorithms.bp import BITS_SERVERS, BalancedParallelism, compact_sum
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.output import DenseOutput
@@ -156,8 +156,9 @@ class Bench:
 
     def bp_cpu_rows(self, parts: hashing.Partitions, members: torch.Tensor, offsets: tuple[int, ...]
                     ) -> list[dict[str, Any]]:
-        """BP's CPU server and pull as zen-bp runs them (one native pass each; the reference column: the sort-
-        based compact sum with encode_rows, and every server's decode then the result's write). The server
+        """BP's CPU push, server and pull as zen-bp runs them (one native pass each; the reference column: the
+        torch-op hierarchical hash and gathers, the sort-based compact sum with encode_rows, and every server's
+        decode then the result's write). The push partitions this gradient's rows for n servers. The server
         gets partition 0's rows of this gradient as n pushes in hash-slot order; the pull writes all n
         servers' messages of this gradient into a dense result."""
         n, M, enc = self.args.servers, self.numel, get_encoding("hash_bitmap")
@@ -180,7 +181,10 @@ class Bench:
                 result.write([(enc.decode(p, members[offsets[j] : offsets[j + 1]], M), v)
                                for j, (p, v) in enumerate(messages)], disjoint=True)
 
-        return [self.row("BP server: sum + encode", server, rows=sum(int(i.numel()) for i, _ in pushed)),
+        bp, column = BalancedParallelism(), values.view(-1, 1)
+        return [self.row("BP push: partition", lambda: bp.partition(self.index, column, n, self.family, torch.int32),
+                         nnz=int(self.index.numel())),
+                self.row("BP server: sum + encode", server, rows=sum(int(i.numel()) for i, _ in pushed)),
                 self.row("BP pull: decode + write", pull, rows=sum(int(v.shape[0]) for _, v in messages))]
 
     def sweep_rows(self, kind: str, values: tuple[float, ...]) -> list[dict[str, Any]]:
