@@ -497,7 +497,7 @@ std::tuple<Tensor, Tensor, Tensor> partition_rows(const Tensor& index_in, const 
   TORCH_CHECK(index.dim() == 1 && index.device().is_cpu() && values.device().is_cpu() && values.dim() == 2 &&
                   values.size(0) == index.numel(),
               "zen native: partition_rows needs a 1-D CPU index and (nnz, D) CPU values");
-  TORCH_CHECK(n >= 1 && n <= (int64_t{1} << 31), "zen native: need 1 <= n < 2^31 servers");
+  TORCH_CHECK(n >= 1 && n < (int64_t{1} << 31), "zen native: need 1 <= n < 2^31 servers");
   const Family f = family_of<kDevice>(a, b);
   const int64_t nnz = index.numel(), D = values.size(1);
   Tensor ids = at::empty({nnz}, index.options().dtype(narrow ? at::kInt : at::kLong));
@@ -1326,8 +1326,8 @@ inline void pull_words_f32(float* out, int64_t M, int64_t w_lo, int64_t w_hi, in
       if (divisor != 1) x = _mm512_div_ps(x, by);
       if (rows == 64 && aligned) _mm512_stream_ps(row + 16 * q, x);
       else if (rows == 64) _mm512_storeu_ps(row + 16 * q, x);
-      else if (rows > 16 * q)
-        _mm512_mask_storeu_ps(row + 16 * q, static_cast<__mmask16>(low_bits(~uint64_t{0}, static_cast<int>(std::min<int64_t>(16, rows - 16 * q)))), x);
+      else if (rows > 16 * q)  // the last, partial word: its rows past M are not out's
+        _mm512_mask_storeu_ps(row + 16 * q, static_cast<__mmask16>((1u << std::min<int64_t>(16, rows - 16 * q)) - 1), x);
     }
   }
   for (int j = 0; j < N; ++j) c.at[j] = at[j], c.next[j] = next[j];
