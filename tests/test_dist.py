@@ -46,3 +46,26 @@ def test_launch_calms_gloo_event_loop() -> None:
     rank holding a gloo lock); ZEN_GLOO_BATCH=0 keeps the default policy."""
     assert spawn("tests.dist_cases:gloo_loop", 2) == ["batch", "batch"]
     assert spawn("tests.dist_cases:gloo_loop", 2, env=lambda r: {"ZEN_GLOO_BATCH": "0"}) == ["default", "default"]
+
+
+def test_stage_times_script_times_each_stage(capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/stage_times.py: a row per stage a scheme's call enters (BP's partition, server and pull; HC's
+    merge), wall and CPU for every rank, the stages inside the call's time; an unknown scheme exits 2."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import stage_times
+
+    with pytest.raises(SystemExit) as refused:
+        stage_times.main(["--schemes", "nope"])
+    assert refused.value.code == 2
+    assert stage_times.main(["--schemes", "zen-bp,zen-hc", "-n", "4", "--numel", "2^14", "--calls", "2",
+                             "--warmup", "1"]) == 0
+    text = capsys.readouterr().out
+    bp, hc = text.split("== zen-bp")[1].split("== zen-hc")
+    rows = {line.split()[0]: line for line in bp.splitlines() if line.strip()}
+    assert {"extract", "partition", "all-to-all", "server", "call"} <= set(rows)
+    assert "merge" in hc and "partition" not in hc  # 4 ranks: HC merges after its first of two rounds
+    cells = [float(v) for v in rows["call"].replace("/", " ").split()[1:]]
+    assert len(cells) == 8 and all(v >= 0 for v in cells)  # wall / CPU for each of the 4 ranks
