@@ -1378,10 +1378,12 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
     TORCH_CHECK(values[j].numel() == rows[j] * D, "zen native: ", values[j].numel(), " values from server ", j,
                 " are not rows of width ", D);
   }
-  // Every read of the values needs a guard only where a payload sets more bits than its values have rows
-  // (padding bits set, or a message at odds with its values): a popcount of the payloads tells.
+  // One chunk, unchecked beforehand, needs a guard on every read of the values only where a payload sets more
+  // bits than its values have rows (padding bits set, or a message at odds with its values): a popcount of the
+  // payloads tells. Several chunks start where the pre-pass counted, each reading exactly its own rows.
   bool guard = false;
-  for (int64_t j = 0; j < n; ++j) guard |= popcount_range(stream[j], 0, 8 * nbytes[j]) > rows[j];
+  if (chunks.count == 1)
+    for (int64_t j = 0; j < n; ++j) guard |= popcount_range(stream[j], 0, 8 * nbytes[j]) > rows[j];
   if (chunks.count > 1) {
     chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
       for (int64_t j = 0; j < n; ++j) {
