@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         p10, p90 = times[int(0.1 * (len(times) - 1))], times[int(0.9 * (len(times) - 1))]
         print(f"{r['scheme']:>10} {r['time_ms_median']:8.2f} {p10:6.1f}-{p90:<6.1f} {r['cpu_ms_median']:8.2f} "
               f"{r['time_ms_median'] / (floor * 1e3):8.2f} {r['bytes_received_max'] / 1e6:8.3f} "
-              f"{r['speedup_vs_allreduce']:7.2f}x" + ("" if r["correct"] else "  WRONG"))
+              + (f"{r['speedup_vs_allreduce']:7.2f}x" if r["speedup_vs_allreduce"] else f"{'-':>8}")
+              + ("" if r["correct"] else "  WRONG"))
     return 0 if all(r["correct"] for r in table) else 1
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import resource
 import statistics
 import sys
 import time
@@ -40,18 +41,33 @@ STAGES = [
 ]
 
 
-def _timed(fn: Callable[..., Any], spent: list[tuple[float, float]]) -> Callable[..., Any]:
+def _faults() -> int:
+    """Minor page faults of this process so far (all threads): a fresh page's first touch."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _now() -> tuple[float, float, int]:
+    return time.perf_counter(), time.process_time(), _faults()
+
+
+def _since(start: tuple[float, float, int]) -> tuple[float, float, int]:
+    return tuple(b - a for a, b in zip(start, _now(), strict=True))  # type: ignore[return-value]
+
+
+def _timed(fn: Callable[..., Any], spent: list[tuple[float, float, int]]) -> Callable[..., Any]:
     def timed(*args: Any, **kwargs: Any) -> Any:
-        wall, cpu = time.perf_counter(), time.process_time()
+        start = _now()
         try:
             return fn(*args, **kwargs)
         finally:
-            spent.append((time.perf_counter() - wall, time.process_time() - cpu))
+            spent.append(_since(start))
     return timed
 
 
-def measure(scheme: str, numel: int, density: float, calls: int, warmup: int) -> dict[str, tuple[float, float]]:
-    """One rank: per stage (and "call"), the median over timed calls of its (wall, CPU) seconds in a call."""
+def measure(scheme: str, numel: int, density: float, calls: int,
+            warmup: int) -> dict[str, tuple[float, float, float]]:
+    """One rank: per stage (and "call"), the median over timed calls of its wall and CPU seconds and its minor
+    page faults in a call."""
     import importlib
 
     import torch
@@ -67,7 +83,7 @@ def measure(scheme: str, numel: int, density: float, calls: int, warmup: int) ->
     grad = inputs(BenchConfig(world_size=comm.world_size, schemes=[scheme], numel=numel, density=density,
                               pattern="random"), comm.rank)
     out = torch.empty_like(grad)
-    spent: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    spent: dict[str, list[tuple[float, float, int]]] = collections.defaultdict(list)
     for row, module, path in STAGES:
         owner: Any = importlib.import_module(module)
         *outer, name = path.split(".")
@@ -76,19 +92,19 @@ def measure(scheme: str, numel: int, density: float, calls: int, warmup: int) ->
         setattr(owner, name, _timed(getattr(owner, name), spent[row]))
     instance = make_scheme(scheme)
     warmup = max(warmup, settling_calls(instance, comm))
-    per_call: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    per_call: dict[str, list[tuple[float, float, int]]] = collections.defaultdict(list)
     for i in range(warmup + calls):
         for times in spent.values():
             times.clear()
         dist.barrier()
-        wall, cpu = time.perf_counter(), time.process_time()
+        start = _now()
         sync(instance, grad, comm, out)
         if i >= warmup:
-            per_call["call"].append((time.perf_counter() - wall, time.process_time() - cpu))
+            per_call["call"].append(_since(start))
             for row, times in spent.items():
-                per_call[row].append((sum(w for w, _ in times), sum(c for _, c in times)))
-    return {row: (statistics.median(w for w, _ in got), statistics.median(c for _, c in got))
-            for row, got in per_call.items() if any(w for w, _ in got)}
+                per_call[row].append(tuple(sum(t[k] for t in times) for k in range(3)))  # type: ignore[arg-type]
+    return {row: tuple(statistics.median(t[k] for t in got) for k in range(3))  # type: ignore[misc]
+            for row, got in per_call.items() if any(t[0] for t in got)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,15 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"need known schemes (not {unknown}), -n >= 1, --calls >= 1, --warmup >= 0 and --density "
                      f"in (0, 1]")
     here = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
-    print(f"# {args.world_size} gloo ranks, loopback, {args.numel} elements, density {args.density} random: "
-          f"wall / CPU ms per call, median of {args.calls} calls, ranks 0..{args.world_size - 1}")
+    print(f"# {args.world_size} gloo ranks, loopback, {args.numel} elements, density {args.density} random: wall ms / "
+          f"CPU ms / minor page faults per call, median of {args.calls} calls, ranks 0..{args.world_size - 1}")
     for scheme in args.schemes.split(","):
         kwargs = {"scheme": scheme, "numel": args.numel, "density": args.density, "calls": args.calls,
                   "warmup": args.warmup}
         ranks = spawn("stage_times:measure", args.world_size, kwargs, timeout_s=1800, env=lambda _: here)
         print(f"== {scheme}")
         for row in [r for r, _, _ in STAGES if r in ranks[0]] + ["call"]:
-            cells = "  ".join(f"{1e3 * got[row][0]:7.2f} / {1e3 * got[row][1]:6.2f}" for got in ranks)
+            cells = "  ".join(f"{1e3 * got[row][0]:7.2f} / {1e3 * got[row][1]:6.2f} / {got[row][2]:5.0f}"
+                              for got in ranks)
             print(f"{row:>15}  {cells}")
     return 0
 

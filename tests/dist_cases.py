@@ -73,3 +73,21 @@ def gloo_loop() -> str:
     from zen.comm.scheduling import gloo_loop_policy
 
     return gloo_loop_policy()
+
+
+def kept_results(scheme: str) -> bool:
+    """A sparse result that is one received message (rank 0 sends nothing, so its result is rank 1's rows as
+    they came) must survive later calls on the same communicator, whose wire buffers come from its pool."""
+    rank = dist.get_rank()
+
+    def grad(seed: int) -> torch.Tensor:
+        t = torch.zeros(1 << 16)
+        if rank == 1:
+            t[::2] = torch.arange(1 << 15, dtype=torch.float32) + seed
+        return t
+
+    first = zen.allreduce(grad(1), scheme, sparse_result=True)
+    kept = first.coalesce().values().clone()
+    for seed in range(2, 5):
+        zen.allreduce(grad(seed), scheme, sparse_result=True)
+    return torch.equal(first.coalesce().values(), kept)

@@ -41,6 +41,12 @@ def test_dead_peer_is_an_error_not_a_hang() -> None:
             assert m.startswith("error after"), m
 
 
+@pytest.mark.parametrize("scheme", ["zen-hc", "agsparse", "zen-bp"])
+def test_results_that_are_received_messages_survive_later_calls(scheme: str) -> None:
+    """The communicator's pooled wire buffers (zen.comm.pool) are never handed out while a result views them."""
+    assert spawn("tests.dist_cases:kept_results", 2, {"scheme": scheme}, timeout_s=120) == [True, True]
+
+
 def test_launch_calms_gloo_event_loop() -> None:
     """Ranks spawned by harness.launch run gloo's event loop under SCHED_BATCH (no wake-up preemption of a
     rank holding a gloo lock); ZEN_GLOO_BATCH=0 keeps the default policy."""
@@ -50,7 +56,7 @@ def test_launch_calms_gloo_event_loop() -> None:
 
 def test_stage_times_script_times_each_stage(capsys: pytest.CaptureFixture[str]) -> None:
     """scripts/stage_times.py: a row per stage a scheme's call enters (BP's partition, server and pull; HC's
-    merge), wall and CPU for every rank, the stages inside the call's time; an unknown scheme exits 2."""
+    merge), wall, CPU and page faults for every rank, the stages inside the call's time; an unknown scheme exits 2."""
     import sys
     from pathlib import Path
 
@@ -68,4 +74,4 @@ def test_stage_times_script_times_each_stage(capsys: pytest.CaptureFixture[str])
     assert {"extract", "partition", "all-to-all", "server", "call"} <= set(rows)
     assert "merge" in hc and "partition" not in hc  # 4 ranks: HC merges after its first of two rounds
     cells = [float(v) for v in rows["call"].replace("/", " ").split()[1:]]
-    assert len(cells) == 8 and all(v >= 0 for v in cells)  # wall / CPU for each of the 4 ranks
+    assert len(cells) == 12 and all(v >= 0 for v in cells)  # wall / CPU / page faults for each of the 4 ranks

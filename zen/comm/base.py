@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from zen.comm.pool import BufferPool
 from zen.types import Traffic, ZenCommError, ZenInputError
 
 Message = tuple[torch.Tensor, ...]
@@ -97,12 +98,19 @@ def _bytes_of(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(-1).view(torch.uint8)
 
 
-def pack(messages: Sequence[Message], device: torch.device) -> torch.Tensor:
-    """Messages back to back as one byte buffer on `device` (one copy of each tensor)."""
-    flat = [_bytes_of(t).to(device) for m in messages for t in m if t.numel()]
-    if not flat:
-        return torch.empty(0, dtype=torch.uint8, device=device)
-    return flat[0] if len(flat) == 1 else torch.cat(flat)
+def pack(messages: Sequence[Message], device: torch.device, pool: BufferPool | None = None) -> torch.Tensor:
+    """Messages back to back as one byte buffer on `device` (one copy of each tensor, none of a lone tensor
+    already there), taken from `pool` where given."""
+    flat = [_bytes_of(t) for m in messages for t in m if t.numel()]
+    if len(flat) == 1 and flat[0].device == device:
+        return flat[0]
+    total = sum(t.numel() for t in flat)
+    buf = pool.take(total, device) if pool is not None else torch.empty(total, dtype=torch.uint8, device=device)
+    offset = 0
+    for t in flat:
+        buf[offset : offset + t.numel()].copy_(t)
+        offset += t.numel()
+    return buf
 
 
 def unpack(buf: torch.Tensor, counts: Sequence[int], template: Message) -> Message:
@@ -194,6 +202,7 @@ class Communicator(ABC):
         self.world_size = world_size
         self.device = device
         self.traffic = Traffic()
+        self.pool = BufferPool()  # host wire buffers kept between calls (zen.comm.pool)
         self._seed_proposal = seed
         self._seed: int | None = None
         self.call = 0  # calls begun on this communicator (the same on every rank while they agree)
@@ -486,7 +495,7 @@ class Communicator(ABC):
         for j, m in zip(sorted(sends), messages, strict=True):
             sizes_out[j] = sum(t.numel() * t.element_size() for t in m)
         sizes_in = [message_bytes(received[j], row_bytes(recvs[j])) if j in received else 0 for j in range(P)]
-        buf = pack(messages, self._wire_device())
+        buf = pack(messages, self._wire_device(), self.pool)
         got = self._guard("exchange", phase, lambda: self._all_to_all(buf, sizes_out, sizes_in))
         if sends or recvs:
             self.traffic.add(phase, sum(sizes_out), sum(sizes_in))
@@ -515,7 +524,7 @@ class Communicator(ABC):
                                 f"dtypes or row shapes in call {self.call}")
         widths = row_bytes(message)
         sizes = [message_bytes(row[1:], widths) for row in table]
-        buf = pack([message], self._wire_device())
+        buf = pack([message], self._wire_device(), self.pool)
         got = self._guard("all_gather_v", phase, lambda: self._all_gather_bytes(buf, sizes))
         self.traffic.add(phase, (P - 1) * sizes[r], sum(s for j, s in enumerate(sizes) if j != r))
         if self.pads_all_gather:

@@ -238,7 +238,7 @@ class DistComm(Communicator):
         return torch.roll(table, shifts=r, dims=0)
 
     def _all_to_all(self, send: torch.Tensor, send_sizes: list[int], recv_sizes: list[int]) -> torch.Tensor:
-        recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=send.device)
+        recv = self.pool.take(sum(recv_sizes), send.device)
         if self.rules.ordered:  # one collective: NCCL groups its sends and receives, none blocks another
             self._wait(self.pg.alltoall_base(recv, send, recv_sizes, send_sizes, self._opts(c10d.AllToAllOptions)))
             return recv
@@ -262,11 +262,15 @@ class DistComm(Communicator):
         if self.rules.ordered:  # equal sizes only: every message padded to the largest
             top = max(sizes)
             padded = buf if buf.numel() == top else torch.cat([buf, buf.new_zeros(top - buf.numel())])
-            out = torch.empty(P * top, dtype=torch.uint8, device=buf.device)
+            out = self.pool.take(P * top, buf.device)
             self._wait(self.pg._allgather_base(out, padded, self._opts(c10d.AllgatherOptions)))
             return [out[j * top : j * top + sizes[j]] for j in range(P)]
         # gloo: the same buffer to every peer (no copies), exact sizes, no padding
-        out = [buf if j == r else torch.empty(sizes[j], dtype=torch.uint8, device=buf.device) for j in range(P)]
+        bounds = [0]
+        for j in range(P):
+            bounds.append(bounds[-1] + (sizes[j] if j != r else 0))
+        recv = self.pool.take(bounds[-1], buf.device)
+        out = [buf if j == r else recv[bounds[j] : bounds[j + 1]] for j in range(P)]
         works = [self.pg.recv([out[j]], j, 0) for j in range(P) if j != r and sizes[j]]
         works += [self.pg.send([buf], j, 0) for j in range(P) if j != r and sizes[r]]
         self._wait_all(works)
