@@ -500,6 +500,7 @@ def test_kernels_bench_cli(ext: ModuleType, tmp_path, capsys: pytest.CaptureFixt
     text = capsys.readouterr().out
     assert "extract + hash" in text and "hash, k=3" in text and out.exists()
     assert "BP pull: decode + write" in text and "BP server: sum + encode" in text and "BP push: partition" in text
+    assert "HC ids: gap encode" in text and "HC ids: gap decode" in text
 
 
 def test_cuda_kernels_compile_with_nvcc(nvcc_check: Future | None) -> None:
@@ -563,6 +564,44 @@ def test_gap_coding_matches_reference_and_round_trips(ext: ModuleType, dtype: to
         assert torch.equal(gaps.decode(codes, ids.numel(), top + 1, dtype), ids)
     assert gaps.encode(torch.tensor([0, 1, 129, 257])).tolist() == [0, 0, 127, 127]
     assert gaps.encode(torch.tensor([128])).tolist() == [128, 1]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("mix", [(1.0, 0.0), (0.9, 0.1), (0.5, 0.49), (0.0, 0.99)])
+def test_gap_coding_of_mixed_code_lengths(ext: ModuleType, dtype: torch.dtype, mix: tuple[float, float]) -> None:
+    """Streams whose codes are one, two and (rarely) three bytes in any order, so the 16-id blocks of the
+    vector paths meet every mix, a long code anywhere in a block, and tails of every length: the torch-op
+    path's bytes, and the ids back."""
+    gen = torch.Generator().manual_seed(int(mix[0] * 100 + mix[1] * 10))
+    for n in (15, 16, 17, 47, 5_003):
+        u = torch.rand(n, generator=gen)
+        small = torch.randint(0, 128, (n,), generator=gen)
+        gap = torch.where(u < mix[0], small, torch.where(u < mix[0] + mix[1], small + 128 * torch.randint(
+            1, 128, (n,), generator=gen), small + 16_384 * torch.randint(1, 64, (n,), generator=gen)))
+        ids = ((gap + 1).cumsum(0) - 1).to(dtype)
+        codes = gaps.encode(ids)
+        with native.disabled():
+            assert torch.equal(gaps.encode(ids), codes)
+        assert torch.equal(gaps.decode(codes, n, int(ids[-1]) + 1, dtype), ids)
+        with pytest.raises(ZenCommError):  # the last id one past the rows
+            gaps.decode(codes, n, int(ids[-1]), dtype)
+        with pytest.raises(ZenCommError):  # a byte left over
+            gaps.decode(torch.cat([codes, codes[:1]]), n, int(ids[-1]) + 1, dtype)
+        with pytest.raises(ZenCommError):  # one id more than the codes hold
+            gaps.decode(codes, n + 1, int(ids[-1]) + 1, dtype)
+
+
+@pytest.mark.parametrize("at", [0, 5, 15, 16, 31, 40])
+def test_gap_encoding_refuses_ids_out_of_order_anywhere(ext: ModuleType, at: int) -> None:
+    """A repeated or falling id inside a 16-id block, or at its edges, is refused, not coded."""
+    ids = torch.arange(0, 3 * 48, 3, dtype=torch.int32)
+    for bad in (ids[at - 1] if at else -1, ids[at] - 5):
+        broken = ids.clone()
+        broken[at] = max(int(bad), 0) if at else 0
+        if at == 0:
+            broken[1] = 0
+        with pytest.raises(RuntimeError, match="ascending"):
+            ext.encode_gaps(broken)
 
 
 @pytest.mark.parametrize("use_native", [True, False])

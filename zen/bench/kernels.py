@@ -7,7 +7,7 @@ hierarchical hashing on a V100), scaled down to 2^24 elements on CPU. Every row 
 reads the tensor once). The reference column runs the torch-op path (ZEN_NATIVE=0). Rows: extract =
 LocalGrad.rows() (non-zero ids + values); hash+partitions = hierarchical_hash (Algorithm 1 including the
 per-partition extraction of positions); S_j = server_rows; the hash bitmap encode and decode + scatter
-run on server 0's rows of the same tensor.
+run on server 0's rows of the same tensor; HC's gap coding (zen.gaps) codes and decodes all its non-zero ids.
 `--sweep r1` / `--sweep k` reproduce Figure 16: hashing time (and rows reaching the serial region)
 against r1 in units of |G|·d_G and against the number of probes k.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from zen import hashing, native
+from zen import gaps, hashing, native
 from zen.algorithms.bp import BITS_SERVERS, BalancedParallelism, compact_sum
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
@@ -150,6 +150,10 @@ class Bench:
         out = torch.zeros_like(self.rows2d)
         rows.append(self.row("bitmap decode + scatter",
                              lambda: hash_bitmap.scatter(out, message[0], mine, message[1], self.numel), rows=count))
+        ids = self.index.int()
+        codes = gaps.encode(ids)
+        rows.append(self.row("HC ids: gap encode", lambda: gaps.encode(ids), rows=nnz))
+        rows.append(self.row("HC ids: gap decode", lambda: gaps.decode(codes, nnz, self.numel, torch.int32), rows=nnz))
         if self.device.type == "cpu" and n <= BITS_SERVERS:
             rows += self.bp_cpu_rows(parts, members, offsets)
         return rows
