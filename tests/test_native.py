@@ -388,16 +388,21 @@ def test_put_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, width: 
         ext.put_rows(torch.zeros(10, 1), torch.tensor([3, 10]), torch.ones(2, 1))
 
 
+STAGE_BYTES = 16384  # fill_sum's staging block (zen_cpu.cpp, kStageBytes)
+
+
 @pytest.mark.parametrize("dtype", VALUE_DTYPES)
-@pytest.mark.parametrize("width", [1, 3, 1500])
+@pytest.mark.parametrize("width", [1, 3, 1500, 8500])
 def test_fill_sum_matches_reference(ext: ModuleType, dtype: torch.dtype, width: int) -> None:
     """The streamed result write == add_messages into a zeroed buffer, bit for bit: one set, several
-    overlapping sets (added in list order), no sets, empty sets; over block edges (1 KB staging blocks, a
-    partial last block), rows 0 and M - 1, rows wider than a block, and an output that starts mid-line."""
+    overlapping sets (added in list order), no sets, empty sets; over block edges (a block's rows, one more
+    and one fewer, a partial last block), rows 0 and M - 1, rows wider than a block, and an output that starts
+    mid-line."""
     from zen.rows import add_messages
 
     g = torch.Generator().manual_seed(width)
-    for M in (1, 1023, 1024, 1025, 40_000 // width + 3):
+    block = max(1, STAGE_BYTES // (width * dtype.itemsize))
+    for M in sorted({1, max(1, block - 1), block, block + 1, 3 * block + 5}):
         for index_dtype in (torch.int32, torch.int64):
             for sizes in ((0,), (1,), (min(M, 37),), (M,), (M // 2, 0, M // 3 + 1, M)):
                 sets = [_sorted_rows(n, M, width, dtype, index_dtype, g) for n in sizes]

@@ -935,14 +935,17 @@ void put_rows(Tensor& out, const Tensor& ids_in, const Tensor& values_in) {
 }
 
 // out := the dense sum of row sets (ids ascending and distinct within a set), added in the order given, in one
-// sequential pass: each 1 KB block of `out` is summed in an L1 staging buffer from zero and streamed out
+// sequential pass: each 16 KB block of `out` is summed in an L1 staging buffer from zero and streamed out
 // with non-temporal stores, so the output is written once and never read, where zero_() then scattered
 // adds read and write it, and the touched lines once more. 0 + v is v, so one set is copied exactly, and the
 // adds are torch's (fp16 / bf16 through float): the result equals add_messages into a zeroed buffer. With
 // divisor != 1 (fp32 / fp64 only) each sum is then divided by it: the mean a DDP hook returns.
-// 1 KB, not a 4 KB page: with a 4 KB stage every load from it shares its low 12 address bits with the
-// streaming store just issued, and the false dependency halves the store rate (6.0 vs 2.8 ms for 64 MB).
-constexpr int64_t kStageBytes = 1024;
+// 16 KB: a block's loop over each set ends on a mispredicted branch, so small blocks cost per set (1 KB blocks,
+// 2^24 float32 rows at 1%: 3.9 ms for two sets, 5.6 for four; 16 KB: 2.6 and 2.7). The stage sits half a page
+// from dst modulo 4 KB: a load from it that shared its low 12 address bits with the streaming store just
+// issued would wait on a false dependency (it halved the store rate of a page-aligned stage).
+constexpr int64_t kStageBytes = 16384;
+constexpr int64_t kPullStageBytes = 1024;  // fill_hash_bitmap's general path (its stage is not set off dst)
 
 // dst[0, bytes) := src: non-temporal stores for the whole 64-byte lines of dst, plain stores at the ends.
 inline void stream_block(char* dst, const char* src, int64_t bytes) {
@@ -1059,8 +1062,12 @@ void fill_blocks(char* dst, const RawSets<Idx, V>& sets, const StageBlocks& bloc
                  int64_t b_hi, ChunkCursors& seen) {
   const int64_t M = blocks.M, D = blocks.D, row_bytes = blocks.row_bytes, rows_per_block = blocks.rows_per_block;
   std::vector<char> stage_wide(blocks.stage_bytes > kStageBytes ? blocks.stage_bytes : 0);
-  alignas(64) char stage_small[kStageBytes];
-  char* stage = stage_wide.empty() ? stage_small : stage_wide.data();
+  alignas(4096) char stage_small[kStageBytes + 4096];
+  // half a page away from dst modulo 4 KB, for every block (blocks are whole pages): a load from the stage never
+  // shares its low 12 address bits with the streaming store just issued
+  char* stage = stage_wide.empty()
+                    ? stage_small + ((reinterpret_cast<uintptr_t>(dst) + 2048) & 4095 & ~uintptr_t(63))
+                    : stage_wide.data();
   std::vector<int64_t> cursor(sets.count());  // each set's first row at or after block b_lo
   for (int64_t s = 0; s < sets.count(); ++s) {  // the first id whose row is at or after row r0
     const int64_t ahead = b_lo * rows_per_block - sets.offsets[s];
@@ -1376,7 +1383,7 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
   // A block is whole words of rows, at least the staging buffer's 1 KB where rows are narrow. One thread runs
   // one chunk and checks the payloads' sizes where it ends: a pre-pass over every membership word, to learn
   // where each chunk starts in each server's stream, costs a sixth of the kernel.
-  const int64_t block_words = std::max<int64_t>(1, kStageBytes / (64 * row_bytes));
+  const int64_t block_words = std::max<int64_t>(1, kPullStageBytes / (64 * row_bytes));
   const int64_t blocks = (W + block_words - 1) / block_words;
   const Chunks chunks(blocks, at::get_num_threads() == 1 ? blocks : std::max<int64_t>(1, kGrain / (64 * block_words * D)));
   // Each chunk's cursors: where it starts in each server's bit stream (members of S_j before it) and values.
@@ -1451,7 +1458,7 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
       auto* acc = reinterpret_cast<scalar_t*>(stage);
       for (int64_t b = lo; b < hi; ++b) {
         const int64_t r0 = b * block_rows, r1 = std::min(M, r0 + block_rows);
-        if ((r1 - r0) * row_bytes == kStageBytes) std::memset(stage, 0, kStageBytes);  // inlined vector stores
+        if ((r1 - r0) * row_bytes == kPullStageBytes) std::memset(stage, 0, kPullStageBytes);  // inlined stores
         else std::memset(stage, 0, (r1 - r0) * row_bytes);
         const BitmapCursor<scalar_t> cursor{words, W, stream.data(), nbytes.data(), src.data(), rows.data(),
                                             &at[c * n], &next[c * n], &bad[c * n]};
