@@ -163,12 +163,14 @@ class Bench:
         """BP's CPU push, server and pull as zen-bp runs them (one native pass each; the reference column: the
         torch-op hierarchical hash and gathers, the sort-based compact sum with encode_rows, and every server's
         decode then the result's write). The push partitions this gradient's rows for n servers. The server
-        gets partition 0's rows of this gradient as n pushes in hash-slot order; the pull writes all n
+        gets partition 0's rows of this gradient as n ascending pushes of random rows of it; the pull writes all n
         servers' messages of this gradient into a dense result."""
         n, M, enc = self.args.servers, self.numel, get_encoding("hash_bitmap")
         values = self.dense[self.index]
         order = parts.order[: parts.counts[0]]
-        pushed = [(self.index[chunk].int(), values[chunk].view(-1, 1)) for chunk in order.tensor_split(n)]
+        shuffled = order[torch.randperm(order.numel(), generator=torch.Generator().manual_seed(self.args.seed))]
+        pushed = [(self.index[chunk].int(), values[chunk].view(-1, 1))  # each rank's push ascends (the CPU push)
+                  for chunk in (c.sort().values for c in shuffled.tensor_split(n))]
         mine = members[offsets[0] : offsets[1]]
         words = hashing.server_bits(M, n, self.family, self.device)
         positions = hashing.server_ranks(M, n, self.family, self.device, 0)
