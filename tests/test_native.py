@@ -505,7 +505,8 @@ def test_kernels_bench_cli(ext: ModuleType, tmp_path, capsys: pytest.CaptureFixt
     text = capsys.readouterr().out
     assert "extract + hash" in text and "hash, k=3" in text and out.exists()
     assert "BP pull: decode + write" in text and "BP server: sum + encode" in text and "BP push: partition" in text
-    assert "HC ids: gap encode" in text and "HC ids: gap decode" in text
+    assert "HC ids: gap encode" in text and "HC ids: gap decode" in text and "HC merge: two halves" in text
+    assert "result write: four sets" in text
 
 
 def test_cuda_kernels_compile_with_nvcc(nvcc_check: Future | None) -> None:

@@ -7,7 +7,9 @@ hierarchical hashing on a V100), scaled down to 2^24 elements on CPU. Every row 
 reads the tensor once). The reference column runs the torch-op path (ZEN_NATIVE=0). Rows: extract =
 LocalGrad.rows() (non-zero ids + values); hash+partitions = hierarchical_hash (Algorithm 1 including the
 per-partition extraction of positions); S_j = server_rows; the hash bitmap encode and decode + scatter
-run on server 0's rows of the same tensor; HC's gap coding (zen.gaps) codes and decodes all its non-zero ids.
+run on server 0's rows of the same tensor; HC's gap coding (zen.gaps) codes and decodes all its non-zero ids,
+its merge sums the even and the odd non-zero rows, and the result write (`DenseOutput.write`, as agsparse and HC's
+last round use it) streams every fourth of them as four sets into a dense result.
 `--sweep r1` / `--sweep k` reproduce Figure 16: hashing time (and rows reaching the serial region)
 against r1 in units of |G|·d_G and against the number of probes k.
 """
@@ -29,6 +31,7 @@ from zen.algorithms.bp import BITS_SERVERS, BalancedParallelism, compact_sum
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.output import DenseOutput
+from zen.rows import merge_rows
 
 PAPER_NUMEL = 214_000_000  # DeepFM embedding gradient (section 6)
 PAPER_DENSITY = 0.052
@@ -154,6 +157,12 @@ class Bench:
         codes = gaps.encode(ids)
         rows.append(self.row("HC ids: gap encode", lambda: gaps.encode(ids), rows=nnz))
         rows.append(self.row("HC ids: gap decode", lambda: gaps.decode(codes, nnz, self.numel, torch.int32), rows=nnz))
+        column = self.dense[self.index].view(-1, 1)
+        halves = [(ids[j::2], column[j::2]) for j in range(2)]
+        rows.append(self.row("HC merge: two halves", lambda: merge_rows(*halves), rows=nnz))
+        quarters = [(ids[j::4], column[j::4]) for j in range(4)]
+        result = DenseOutput(torch.empty_like(self.dense), self.numel, 1)
+        rows.append(self.row("result write: four sets", lambda: result.write(quarters), rows=nnz))
         if self.device.type == "cpu" and n <= BITS_SERVERS:
             rows += self.bp_cpu_rows(parts, members, offsets)
         return rows
