@@ -366,8 +366,20 @@ def test_merge_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, index
             ref = merge_rows(a, b)
         assert fast[0].dtype == index_dtype and torch.equal(fast[0], ref[0].to(index_dtype))
         assert torch.equal(fast[1].view(torch.uint8), ref[1].view(torch.uint8))
+        room = (torch.full((a[0].numel() + b[0].numel() + 3,), -7, dtype=index_dtype),
+                torch.full((a[0].numel() + b[0].numel() + 3, width), 5.0, dtype=dtype))
+        into = merge_rows(a, b, room)  # written into the room it was given (a reused buffer), the same union
+        for got, given in zip(into, room, strict=True):
+            assert got.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+        assert torch.equal(into[0], fast[0]) and torch.equal(into[1].view(torch.uint8), fast[1].view(torch.uint8))
     with pytest.raises(RuntimeError, match="ascending and distinct"):
         ext.merge_rows(torch.tensor([5, 3]), torch.ones(2, 1), torch.tensor([4]), torch.ones(1, 1))
+    rooms = ((torch.empty(2, dtype=torch.long), torch.empty(2, 1)),  # too small
+             (torch.empty(3, dtype=torch.int), torch.empty(3, 1)),  # another dtype
+             (torch.empty(3, dtype=torch.long), torch.empty(3, 2)))  # another width
+    for room in rooms:
+        with pytest.raises(RuntimeError, match="room"):
+            ext.merge_rows(torch.tensor([1, 3]), torch.ones(2, 1), torch.tensor([4]), torch.ones(1, 1), *room)
 
 
 @pytest.mark.parametrize("dtype", VALUE_DTYPES)

@@ -48,3 +48,13 @@ def test_the_pool_is_bounded() -> None:
 def test_capacity_leaves_at_most_an_eighth_of_headroom() -> None:
     for n in (1, 7, 8, 9, 1000, MIN_BYTES, MIN_BYTES + 1, 3 * MIN_BYTES + 5, 10**7):
         assert n <= capacity(n) <= n + n // 8 + 1
+
+
+def test_room_for_rows_is_one_buffer_with_aligned_values() -> None:
+    pool = BufferPool()
+    like = torch.ones(4, 3, dtype=torch.float64)
+    ids, values = pool.take_rows(10_000, torch.int32, like)
+    assert ids.dtype == torch.int32 and ids.numel() == 10_000
+    assert values.dtype == torch.float64 and values.shape == (10_000, 3) and values.data_ptr() % 64 == 0
+    assert values.data_ptr() >= ids.data_ptr() + 4 * 10_000
+    assert ids.untyped_storage().data_ptr() == values.untyped_storage().data_ptr()

@@ -50,11 +50,12 @@ def concat(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def merge_rows(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+def merge_rows(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor],
+               room: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Ascending union of two (ids, (n, D) values) row sets whose ids are ascending and distinct, rows summed
-    (a + b) on shared ids. Values must not be -0.0 (the torch-op path adds rows onto zeros)."""
-    if (fast := native.merge_rows(a, b)) is not None:
+    (a + b) on shared ids. Values must not be -0.0 (the torch-op path adds rows onto zeros). `room`: (ids,
+    values) of at least both sets' rows that the native path writes the union into (a reused buffer)."""
+    if (fast := native.merge_rows(a, b, room)) is not None:
         return fast
     (a_idx, a_val), (b_idx, b_val) = a, b
     ids, inverse = torch.unique(torch.cat([a_idx, b_idx]), sorted=True, return_inverse=True)

@@ -12,6 +12,8 @@ communicator's calls are.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 MIN_BYTES = 1 << 16  # smaller buffers come from malloc's bins, which keep their pages
@@ -62,6 +64,15 @@ class BufferPool:
         if len(self._buffers) < MAX_BUFFERS:
             self._buffers.append(buf)
         return buf[:nbytes]
+
+    def take_rows(self, rows: int, index_dtype: torch.dtype, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Room for a row set of `rows` rows: (ids of `index_dtype`, values shaped (rows, *like.shape[1:]) of
+        like's dtype), in one buffer on like's device (HC's unions, merged every call)."""
+        width = math.prod(like.shape[1:])
+        ids_bytes = -(-rows * index_dtype.itemsize // 64) * 64  # values start on a 64-byte line
+        buf = self.take(ids_bytes + rows * width * like.element_size(), like.device)
+        ids = buf[: rows * index_dtype.itemsize].view(index_dtype)
+        return ids, buf[ids_bytes:].view(like.dtype).view(rows, *like.shape[1:])
 
     @property
     def nbytes(self) -> int:

@@ -191,14 +191,15 @@ def scatter_hash_bitmap(out: torch.Tensor, payload: torch.Tensor, members: torch
     return True
 
 
-def merge_rows(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]
-               ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Ascending union of two (ids, (n, D) values) row sets with ascending distinct ids; a + b on shared ids."""
+def merge_rows(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor],
+               room: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Ascending union of two (ids, (n, D) values) row sets with ascending distinct ids; a + b on shared ids;
+    written into `room` (ids, values) where given."""
     (a_idx, a_val), (b_idx, b_val) = a, b
     if (a_idx.dtype not in INDEX_DTYPES or a_val.dtype not in VALUE_DTYPES or a_idx.device.type != "cpu"
             or (ext := get(a_idx.device)) is None):
         return None
-    return _run(ext, "merge_rows", a_idx.device, a_idx, a_val, b_idx, b_val)
+    return _run(ext, "merge_rows", a_idx.device, a_idx, a_val, b_idx, b_val, *(room or (None, None)))
 
 
 def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> bool:

@@ -795,8 +795,11 @@ void merge_flat(MergeLane<Idx, V>* lanes) {
   }
 }
 
+// `room_idx` / `room_val` (optional, both or neither): where to write the union, at least na + nb rows of the
+// inputs' dtypes and width, contiguous (a caller's reused buffer: no fresh pages); views of them are returned.
 std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_val_in, const Tensor& b_idx_in,
-                                      const Tensor& b_val_in) {
+                                      const Tensor& b_val_in, const std::optional<Tensor>& room_idx,
+                                      const std::optional<Tensor>& room_val) {
   const Tensor a_idx = a_idx_in.contiguous(), b_idx = b_idx_in.contiguous();
   const Tensor a_val = a_val_in.contiguous(), b_val = b_val_in.contiguous();
   TORCH_CHECK(a_idx.dim() == 1 && b_idx.dim() == 1 && a_idx.scalar_type() == b_idx.scalar_type(),
@@ -808,8 +811,16 @@ std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_va
   TORCH_CHECK(a_idx.device().is_cpu() && b_idx.device().is_cpu() && a_val.device().is_cpu() &&
                   b_val.device().is_cpu(), "zen native: merge_rows runs on CPU tensors");
   const int64_t na = a_idx.numel(), nb = b_idx.numel(), D = a_val.size(1);
-  Tensor idx = at::empty({na + nb}, a_idx.options());
-  Tensor val = at::empty({na + nb, D}, a_val.options());
+  TORCH_CHECK(room_idx.has_value() == room_val.has_value(), "zen native: merge_rows needs room for ids and values");
+  Tensor idx = room_idx ? *room_idx : at::empty({na + nb}, a_idx.options());
+  Tensor val = room_val ? *room_val : at::empty({na + nb, D}, a_val.options());
+  if (room_idx)
+    TORCH_CHECK(idx.dim() == 1 && idx.is_contiguous() && idx.scalar_type() == a_idx.scalar_type() &&
+                    idx.numel() >= na + nb && idx.device().is_cpu() && val.dim() == 2 && val.is_contiguous() &&
+                    val.scalar_type() == a_val.scalar_type() && val.size(0) >= na + nb && val.size(1) == D &&
+                    val.device().is_cpu(),
+                "zen native: merge_rows' room must be contiguous ids and values of the inputs' dtypes, width and "
+                "at least both inputs' rows");
   int64_t n = 0;
   with_index<kDevice>(a_idx, [&](auto itag) {
     using Idx = decltype(itag);
@@ -1943,8 +1954,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("put_rows", &put_rows, "out[ids] = values for distinct ids",
         py::call_guard<py::gil_scoped_release>());
-  m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids",
-        py::call_guard<py::gil_scoped_release>());
+  m.def("merge_rows", &merge_rows, "ascending union of two row sets, a + b on shared ids", py::arg("a_idx"),
+        py::arg("a_val"), py::arg("b_idx"), py::arg("b_val"), py::arg("room_idx") = py::none(),
+        py::arg("room_val") = py::none(), py::call_guard<py::gil_scoped_release>());
   m.def("sweep_threshold", &sweep_threshold, "a sparsifier's threshold sweep: (ids, values) chosen from res + src",
         py::call_guard<py::gil_scoped_release>());
   m.def("trim_largest", &trim_largest, "a sweep's candidates cut to the k largest, the rest back to the residual",
