@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from zen.comm.pool import MAX_BUFFERS, MIN_BYTES, BufferPool, capacity
+from zen.comm.pool import MAX_BUFFERS, MAX_BYTES, MIN_BYTES, BufferPool, capacity
 
 CPU = torch.device("cpu")
 
@@ -39,10 +39,14 @@ def test_small_and_device_buffers_are_not_pooled() -> None:
     assert meta.device.type == "meta" and pool.nbytes == 0
 
 
-def test_the_pool_is_bounded() -> None:
+def test_the_pool_is_bounded_in_buffers_and_bytes() -> None:
     pool = BufferPool()
     held = [pool.take(MIN_BYTES, CPU) for _ in range(MAX_BUFFERS + 3)]
     assert len(held) == MAX_BUFFERS + 3 and pool.nbytes == MAX_BUFFERS * capacity(MIN_BYTES)
+    big = BufferPool()
+    first = big.take(MAX_BYTES // 2, CPU)
+    second = big.take(MAX_BYTES // 2 + MIN_BYTES, CPU)  # past the byte bound: allocated, not kept
+    assert first.numel() + second.numel() > MAX_BYTES and big.nbytes == capacity(MAX_BYTES // 2)
 
 
 def test_capacity_leaves_at_most_an_eighth_of_headroom() -> None:

@@ -18,6 +18,7 @@ import torch
 
 MIN_BYTES = 1 << 16  # smaller buffers come from malloc's bins, which keep their pages
 MAX_BUFFERS = 8  # more live buffers than a call has at once: the rest are allocated as usual
+MAX_BYTES = 256 << 20  # what the pool may hold: larger traffic (dense-ish buckets) is allocated as usual
 
 
 def _use_count(t: torch.Tensor) -> int:
@@ -61,7 +62,7 @@ class BufferPool:
             largest = max(idle, key=torch.Tensor.numel)
             self._buffers = [b for b in self._buffers if b is not largest]
         buf = torch.empty(capacity(nbytes), dtype=torch.uint8)
-        if len(self._buffers) < MAX_BUFFERS:
+        if len(self._buffers) < MAX_BUFFERS and self.nbytes + buf.numel() <= MAX_BYTES:
             self._buffers.append(buf)
         return buf[:nbytes]
 
