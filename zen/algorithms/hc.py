@@ -62,8 +62,11 @@ class HierarchicalCentralization:
 
     @staticmethod
     def _merge(comm: Communicator, a: Message, b: Message) -> Message:
-        """The union of two row sets, written into room from the communicator's pool: a fresh union every call
-        faulted in 200-650 pages on some ranks, half again the merge's own time."""
+        """The union of two row sets; on the host written into room from the communicator's pool (a fresh union
+        every call faulted in 200-650 pages on some ranks, half again the merge's own time). An accelerator's
+        merge is torch ops, whose caching allocator already reuses memory."""
+        if accelerated(a[1].device):
+            return merge_rows((a[0], a[1]), (b[0], b[1]))
         room = comm.pool.take_rows(int(a[0].shape[0]) + int(b[0].shape[0]), a[0].dtype, a[1])
         return merge_rows((a[0], a[1]), (b[0], b[1]), room)
 
