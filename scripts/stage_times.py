@@ -2,10 +2,11 @@
 
     python scripts/stage_times.py [--schemes zen-bp,zen-hc] [--numel 2^24] [--density 0.01] [--calls 12]
 
-Each stage's function is wrapped with perf_counter and process_time (all of a rank's threads) while one scheme
-instance syncs the benchmark's input `--warmup` + `--calls` times (a barrier before each; the warm-up is at least
-the calls the scheme spends choosing its path). Printed per scheme and stage: the per-call median over the
-timed calls, wall / CPU ms, one column per rank. A stage a call enters twice counts twice, and a stage inside
+Each stage's function is wrapped with perf_counter, process_time (all of a rank's threads) and the process's minor
+page faults while one scheme instance syncs the benchmark's input `--warmup` + `--calls` times (a barrier before
+each; the warm-up is at least the calls the scheme spends choosing its path). Printed per scheme and stage: the
+per-call median over the timed calls, wall ms / CPU ms / page faults (fresh pages touched: memory the allocator
+gave back and took again), one column per rank. A stage a call enters twice counts twice, and a stage inside
 another is also in the outer one's time. Unlike scripts/profile_local_work.py (py-spy samples), nothing is
 attributed by frame names; the timers cost a few microseconds a stage. Time it on a quiet machine.
 """

@@ -83,8 +83,7 @@ class BalancedParallelism:
         """(wire ids, their rows, rows per server, rows that missed the k probes or -1) grouped by server. On
         the CPU one stable counting sort by h0 (native partition_rows): Algorithm 1's partitions without its
         slot claims, which only order a partition and let thousands of GPU threads write without a sort."""
-        if not accelerated(index.device) and (grouped := native.partition_rows(index, values, n, family,
-                                                                                index_dtype)) is not None:
+        if (grouped := native.partition_rows(index, values, n, family, index_dtype)) is not None:
             return *grouped, -1
         parts = hierarchical_hash(index, n, family, self.r1_factor, self.r2_ratio)
         return (index.index_select(0, parts.order).to(index_dtype), take_rows(values, parts.order), parts.counts,

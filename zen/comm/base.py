@@ -98,14 +98,13 @@ def _bytes_of(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(-1).view(torch.uint8)
 
 
-def pack(messages: Sequence[Message], device: torch.device, pool: BufferPool | None = None) -> torch.Tensor:
-    """Messages back to back as one byte buffer on `device` (one copy of each tensor, none of a lone tensor
-    already there), taken from `pool` where given."""
+def pack(messages: Sequence[Message], device: torch.device, pool: BufferPool) -> torch.Tensor:
+    """Messages back to back as one byte buffer on `device` taken from `pool` (one copy of each tensor, none of a
+    lone tensor already there)."""
     flat = [_bytes_of(t) for m in messages for t in m if t.numel()]
     if len(flat) == 1 and flat[0].device == device:
         return flat[0]
-    total = sum(t.numel() for t in flat)
-    buf = pool.take(total, device) if pool is not None else torch.empty(total, dtype=torch.uint8, device=device)
+    buf = pool.take(sum(t.numel() for t in flat), device)
     offset = 0
     for t in flat:
         buf[offset : offset + t.numel()].copy_(t)
