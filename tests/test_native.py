@@ -609,6 +609,18 @@ def test_gap_coding_of_mixed_code_lengths(ext: ModuleType, dtype: torch.dtype, m
             gaps.decode(codes, n + 1, int(ids[-1]) + 1, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_gap_codes_written_into_room(ext: ModuleType, dtype: torch.dtype) -> None:
+    """Codes written into given room (HC's send, behind its values) are a view of its first bytes, the same
+    bytes as fresh ones; room short of `room_bytes` is refused, whatever the codes would need."""
+    ids = torch.randperm(1 << 16, generator=torch.Generator().manual_seed(5))[:3_000].sort().values.to(dtype)
+    room = torch.full((gaps.room_bytes(3_000, dtype) + 7,), 255, dtype=torch.uint8)
+    codes = gaps.encode(ids, room)
+    assert codes.data_ptr() == room.data_ptr() and torch.equal(codes, gaps.encode(ids))
+    with pytest.raises(RuntimeError, match="room"):
+        ext.encode_gaps(ids, room[: gaps.room_bytes(3_000, dtype) - 1])
+
+
 @pytest.mark.parametrize("at", [0, 5, 15, 16, 31, 40])
 def test_gap_encoding_refuses_ids_out_of_order_anywhere(ext: ModuleType, at: int) -> None:
     """A repeated or falling id inside a 16-id block, or at its edges, is refused, not coded."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from zen.comm.pool import MAX_BUFFERS, MAX_BYTES, MIN_BYTES, BufferPool, capacity
+from zen.comm.base import pack
+from zen.comm.pool import MAX_BUFFERS, MAX_BYTES, MIN_BYTES, BufferPool, after, capacity, span
 
 CPU = torch.device("cpu")
 
@@ -62,3 +64,28 @@ def test_room_for_rows_is_one_buffer_with_aligned_values() -> None:
     assert values.dtype == torch.float64 and values.shape == (10_000, 3) and values.data_ptr() % 64 == 0
     assert values.data_ptr() >= ids.data_ptr() + 4 * 10_000
     assert ids.untyped_storage().data_ptr() == values.untyped_storage().data_ptr()
+
+
+def test_spare_room_after_a_row_set_holds_its_next_part_and_no_more() -> None:
+    pool = BufferPool()
+    like = torch.ones(1, 1)
+    ids, values = pool.take_rows(10_000, torch.int32, like, spare=500)
+    union = values[:9_000]  # a merge wrote fewer rows than it had room for
+    tail = after(union, 500 + 4 * 1_000)
+    assert tail.dtype == torch.uint8 and tail.data_ptr() == union.data_ptr() + 4 * 9_000
+    assert after(torch.ones(4)[:2], 8).numel() == 8
+    with pytest.raises(ValueError, match="leave its storage"):
+        after(torch.ones(4)[:2], 9)
+
+
+def test_pack_sends_parts_that_lie_back_to_back_as_they_are() -> None:
+    pool = BufferPool()
+    buf = torch.arange(64, dtype=torch.float32)
+    values, codes = buf[:10], buf[10:20].view(torch.uint8)
+    whole = pack([(values, codes)], CPU, pool)
+    assert whole.data_ptr() == values.data_ptr() and whole.numel() == 80
+    assert torch.equal(whole, buf[:20].view(torch.uint8))
+    assert span([values.view(torch.uint8), buf[30:40].view(torch.uint8)]) is None  # a gap between them
+    apart = pack([(values, buf[30:40])], CPU, pool)  # copied, back to back
+    assert apart.data_ptr() != values.data_ptr()
+    assert torch.equal(apart, torch.cat([buf[:10], buf[30:40]]).view(torch.uint8))

@@ -31,9 +31,15 @@ def _lengths(gaps: torch.Tensor) -> torch.Tensor:
     return n
 
 
-def encode(ids: torch.Tensor) -> torch.Tensor:
-    """Ascending distinct ids >= 0 (any int dtype) as a uint8 stream."""
-    if (fast := native.encode_gaps(ids)) is not None:
+def room_bytes(count: int, dtype: torch.dtype) -> int:
+    """Bytes `encode` may need for `count` ids of `dtype` (every gap at its longest, and a spare word's)."""
+    return count * -(-8 * dtype.itemsize // 7) + 2
+
+
+def encode(ids: torch.Tensor, room: torch.Tensor | None = None) -> torch.Tensor:
+    """Ascending distinct ids >= 0 (any int dtype) as a uint8 stream; written at the start of `room` (at least
+    `room_bytes`, on the host) where the native kernel runs, so a message's parts can lie back to back."""
+    if (fast := native.encode_gaps(ids, room)) is not None:
         return fast
     gaps = _gaps(ids.view(-1))
     lengths = _lengths(gaps)

@@ -13,6 +13,7 @@ import torch
 
 from zen import gaps
 from zen.comm.base import Communicator, Message, message_meta
+from zen.comm.pool import after
 from zen.costmodel import Prediction, Sparsity
 from zen.device import accelerated
 from zen.fold import Fold
@@ -42,15 +43,22 @@ class HierarchicalCentralization:
             raise ValueError(f"ids must be one of {self.IDS}, got {ids!r}")
         self.ids = ids
 
+    def _coded(self, like: Message) -> bool:
+        """Ids gap-coded on the wire: with `ids="gaps"` on the host (an accelerator sends COO ids, since a code
+        stream's length is known only after a host read)."""
+        return self.ids == "gaps" and not accelerated(like[1].device)
+
     def _round(self, comm: Communicator, to: int | None, send: Message | None, source: int | None,
-               like: Message, phase: str, rows: int) -> Message | None:
+               like: Message, phase: str, rows: int, merged: bool = False) -> Message | None:
         """One round every rank joins (`Communicator.exchange`): send `send` to rank `to` and/or receive from
-        rank `source` ((ids, values) messages, the ids gap-coded on the wire with `ids="gaps"` on the host; an
-        accelerator sends COO ids, since a code stream's length is known only after a host read)."""
-        coded = self.ids == "gaps" and not accelerated(like[1].device)
-        wire_like = (like[0][:0].to(torch.uint8), like[1]) if coded else like
+        rank `source` ((ids, values) messages). Coded, the values go first, so that they start aligned in the
+        receive buffer (a view of it, not a copy); a `merged` union (`_merge`'s, with room after its values)
+        gets its codes written right behind its values, and the message goes out without a copy."""
+        coded = self._coded(like)
+        wire_like = (like[1], like[0][:0].to(torch.uint8)) if coded else like
         if to is not None and send is not None and coded:
-            send = (gaps.encode(send[0]), send[1])
+            spare = gaps.room_bytes(int(send[0].shape[0]), send[0].dtype)
+            send = (send[1], gaps.encode(send[0], after(send[1], spare) if merged else None))
         got = comm.exchange({to: send} if to is not None and send is not None else {},
                             {source: wire_like} if source is not None else {}, phase)
         if source is None:
@@ -58,16 +66,18 @@ class HierarchicalCentralization:
         message = got[source]
         if not coded:
             return message
-        return gaps.decode(message[0], int(message[1].shape[0]), rows, like[0].dtype), message[1]
+        return gaps.decode(message[1], int(message[0].shape[0]), rows, like[0].dtype), message[0]
 
-    @staticmethod
-    def _merge(comm: Communicator, a: Message, b: Message) -> Message:
+    def _merge(self, comm: Communicator, a: Message, b: Message) -> Message:
         """The union of two row sets; on the host written into room from the communicator's pool (a fresh union
-        every call faulted in 200-650 pages on some ranks, half again the merge's own time). An accelerator's
-        merge is torch ops, whose caching allocator already reuses memory."""
+        every call faulted in 200-650 pages on some ranks, half again the merge's own time), with room for its
+        gap codes after its values where they are coded. An accelerator's merge is torch ops, whose caching
+        allocator already reuses memory."""
         if accelerated(a[1].device):
             return merge_rows((a[0], a[1]), (b[0], b[1]))
-        room = comm.pool.take_rows(int(a[0].shape[0]) + int(b[0].shape[0]), a[0].dtype, a[1])
+        rows = int(a[0].shape[0]) + int(b[0].shape[0])
+        spare = gaps.room_bytes(rows, a[0].dtype) if self._coded(a) else 0
+        room = comm.pool.take_rows(rows, a[0].dtype, a[1], spare)
         return merge_rows((a[0], a[1]), (b[0], b[1]), room)
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
@@ -79,26 +89,27 @@ class HierarchicalCentralization:
         if grad.dense is None:  # sparse inputs may hold -0.0; send +0.0 like every sum
             values = values + 0.0
         union = (index.to(idx_dtype), values)
+        merged = False  # whether `union` is _merge's, with room for its codes
         sits_out, folded = fold.sits_out(r), fold.folded(r)
         partner = fold.partner(r) if folded else None
         if fold.extra:  # the even rank of each folded pair hands its rows to the odd one
             got = self._round(comm, partner if sits_out else None, union, None if sits_out else partner, like,
                               "fold", M)
             if got is not None:
-                union = self._merge(comm, union, got)
+                union, merged = self._merge(comm, union, got), True
         result = [union]  # row sets whose sum is the result
         for level in range(fold.levels):  # sitters join every round with nothing to say
             peer = None if sits_out else fold.peer(fold.vrank(r), level)
-            got = self._round(comm, peer, union, peer, like, "reduce", M)
+            got = self._round(comm, peer, union, peer, like, "reduce", M, merged)
             if got is None:
                 continue
             result = [union, got]  # the last round is summed straight into `out`, never merged
             if level + 1 < fold.levels or folded:
-                union = self._merge(comm, union, got)
+                union, merged = self._merge(comm, union, got), True
                 result = [union]
         if fold.extra:
             got = self._round(comm, None if sits_out else partner, union, partner if sits_out else None, like,
-                              "unfold", M)
+                              "unfold", M, merged)
             if got is not None:
                 result = [got]
         out.write(result)

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from zen.comm.pool import BufferPool
+from zen.comm.pool import BufferPool, span
 from zen.types import Traffic, ZenCommError, ZenInputError
 
 Message = tuple[torch.Tensor, ...]
@@ -100,10 +100,10 @@ def _bytes_of(t: torch.Tensor) -> torch.Tensor:
 
 def pack(messages: Sequence[Message], device: torch.device, pool: BufferPool) -> torch.Tensor:
     """Messages back to back as one byte buffer on `device` taken from `pool` (one copy of each tensor, none of a
-    lone tensor already there)."""
+    lone tensor already there, nor of tensors already back to back in one buffer)."""
     flat = [_bytes_of(t) for m in messages for t in m if t.numel()]
-    if len(flat) == 1 and flat[0].device == device:
-        return flat[0]
+    if flat and flat[0].device == device and (whole := flat[0] if len(flat) == 1 else span(flat)) is not None:
+        return whole  # parts written back to back (HC's union and its codes) go as they lie
     buf = pool.take(sum(t.numel() for t in flat), device)
     offset = 0
     for t in flat:

@@ -66,16 +66,43 @@ class BufferPool:
             self._buffers.append(buf)
         return buf[:nbytes]
 
-    def take_rows(self, rows: int, index_dtype: torch.dtype, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def take_rows(self, rows: int, index_dtype: torch.dtype, like: torch.Tensor, spare: int = 0
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """Room for a row set of `rows` rows: (ids of `index_dtype`, values shaped (rows, *like.shape[1:]) of
-        like's dtype), in one buffer on like's device (HC's unions, merged every call)."""
+        like's dtype), in one buffer on like's device (HC's unions, merged every call), with `spare` bytes more
+        after the values: what `after` hands out past a set of at most `rows` rows written there."""
         width = math.prod(like.shape[1:])
         ids_bytes = -(-rows * index_dtype.itemsize // 64) * 64  # values start on a 64-byte line
-        buf = self.take(ids_bytes + rows * width * like.element_size(), like.device)
+        values_bytes = rows * width * like.element_size()
+        buf = self.take(ids_bytes + values_bytes + spare, like.device)
         ids = buf[: rows * index_dtype.itemsize].view(index_dtype)
-        return ids, buf[ids_bytes:].view(like.dtype).view(rows, *like.shape[1:])
+        return ids, buf[ids_bytes : ids_bytes + values_bytes].view(like.dtype).view(rows, *like.shape[1:])
 
     @property
     def nbytes(self) -> int:
         """Bytes the pool holds."""
         return sum(b.numel() for b in self._buffers)
+
+
+def after(t: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """The `nbytes` bytes of t's storage right after contiguous `t`, as uint8: where a message's next part is
+    written so that its parts lie back to back (`pack` then sends them without a copy). Only for room the
+    caller owns there (take_rows' `spare`)."""
+    start = (t.storage_offset() + t.numel()) * t.element_size()
+    storage = t.untyped_storage()
+    if not t.is_contiguous() or start + nbytes > storage.nbytes():
+        raise ValueError(f"after: {nbytes} bytes past a tensor leave its storage of {storage.nbytes()} bytes")
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, start, (nbytes,))
+
+
+def span(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The uint8 tensors `parts`, back to back in one storage, as one uint8 view; None if they are not."""
+    first = parts[0]
+    storage = first.untyped_storage()
+    end = first.data_ptr() + first.numel()
+    for p in parts[1:]:
+        if p.device != first.device or p.untyped_storage().data_ptr() != storage.data_ptr() or p.data_ptr() != end:
+            return None
+        end += p.numel()
+    total = end - first.data_ptr()
+    return torch.empty(0, dtype=torch.uint8, device=first.device).set_(storage, first.storage_offset(), (total,))

@@ -268,11 +268,11 @@ def split_interleaved(ids: torch.Tensor, values: torch.Tensor, k: int
     return ext.split_interleaved(ids, values, k)
 
 
-def encode_gaps(ids: torch.Tensor) -> torch.Tensor | None:
-    """zen.gaps.encode: ascending distinct ids >= 0 as LEB128 gaps (uint8)."""
+def encode_gaps(ids: torch.Tensor, room: torch.Tensor | None = None) -> torch.Tensor | None:
+    """zen.gaps.encode: ascending distinct ids >= 0 as LEB128 gaps (uint8), written at the start of `room` if given."""
     if ids.dtype not in INDEX_DTYPES or ids.dim() != 1 or ids.device.type != "cpu" or (ext := get(ids.device)) is None:
         return None
-    return ext.encode_gaps(ids)
+    return ext.encode_gaps(ids, room)
 
 
 def decode_gaps(codes: torch.Tensor, count: int, rows: int, dtype: torch.dtype) -> torch.Tensor | None:

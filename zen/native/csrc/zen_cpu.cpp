@@ -1825,7 +1825,8 @@ int64_t encode_ids(const Idx* id, int64_t n, uint8_t* out) {
   return o - out;
 }
 
-Tensor encode_gaps(const Tensor& ids_in) {
+// `room` (optional): bytes to write the codes into (HC's send, right after its values: one wire buffer).
+Tensor encode_gaps(const Tensor& ids_in, const std::optional<Tensor>& room) {
   const Tensor ids = ids_in.contiguous();
   TORCH_CHECK(ids.dim() == 1 && ids.device().is_cpu(), "zen native: encode_gaps needs 1-D CPU ids");
   const int64_t n = ids.numel();
@@ -1833,7 +1834,16 @@ Tensor encode_gaps(const Tensor& ids_in) {
     using Idx = decltype(itag);
     const int64_t longest = (8 * static_cast<int64_t>(sizeof(Idx)) + 6) / 7;  // bytes of the largest gap
     // room for every id's longest code and a word's spare byte; pages past the codes stay untouched
-    Tensor out = at::empty({n * longest + 2}, ids.options().dtype(at::kByte));
+    const int64_t need = n * longest + 2;
+    Tensor out;
+    if (room.has_value()) {
+      out = *room;
+      TORCH_CHECK(out.dim() == 1 && out.is_contiguous() && out.device().is_cpu() && out.scalar_type() == at::kByte &&
+                      out.numel() >= need,
+                  "zen native: encode_gaps' room must be ", need, " contiguous CPU bytes or more");
+    } else {
+      out = at::empty({need}, ids.options().dtype(at::kByte));
+    }
     return out.narrow(0, 0, encode_ids(ids.data_ptr<Idx>(), n, out.data_ptr<uint8_t>()));
   });
 }
@@ -1961,8 +1971,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("trim_largest", &trim_largest, "a sweep's candidates cut to the k largest, the rest back to the residual",
         py::call_guard<py::gil_scoped_release>());
-  m.def("encode_gaps", &encode_gaps, "ascending ids as LEB128 gaps (uint8)",
-        py::call_guard<py::gil_scoped_release>());
+  m.def("encode_gaps", &encode_gaps, "ascending ids as LEB128 gaps (uint8)", py::arg("ids"),
+        py::arg("room") = py::none(), py::call_guard<py::gil_scoped_release>());
   m.def("decode_gaps", &decode_gaps, "the ids of a gap-coded stream, checked",
         py::call_guard<py::gil_scoped_release>());
   m.def("hash_values", &hash_values, "(levels, N) hash32 values, for checks",
