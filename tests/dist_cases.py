@@ -91,3 +91,22 @@ def kept_results(scheme: str) -> bool:
     for seed in range(2, 5):
         zen.allreduce(grad(seed), scheme, sparse_result=True)
     return torch.equal(first.coalesce().values(), kept)
+
+
+def aligned_gather() -> list[bool]:
+    """all_gather_v of (float32 values, an odd number of bytes) from ranks of different sizes: every message's values
+    come back equal to what was sent and as views of one receive buffer (each message on its own 64-byte line),
+    not copies made to align them."""
+    from zen.comm.dist import DistComm
+
+    comm = DistComm()
+    P = comm.world_size
+    values = torch.arange(3 * comm.rank + 5, dtype=torch.float32) + 100 * comm.rank
+    odd = torch.arange(2 * comm.rank + 7, dtype=torch.uint8)
+    comm.begin_call(1)
+    got = comm.all_gather_v((values, odd), phase="pull")
+    others = [j for j in range(P) if j != comm.rank]
+    storage = {got[j][0].untyped_storage().data_ptr() for j in others}
+    return [all(torch.equal(got[j][0], torch.arange(3 * j + 5, dtype=torch.float32) + 100 * j)
+                and torch.equal(got[j][1], torch.arange(2 * j + 7, dtype=torch.uint8)) for j in range(P)),
+            len(storage) == 1, all(got[j][0].data_ptr() % 64 == 0 for j in others)]

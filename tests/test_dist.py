@@ -47,6 +47,12 @@ def test_results_that_are_received_messages_survive_later_calls(scheme: str) -> 
     assert spawn("tests.dist_cases:kept_results", 2, {"scheme": scheme}, timeout_s=120) == [True, True]
 
 
+def test_gathered_messages_land_aligned_without_copies() -> None:
+    """Each peer's message lands on its own 64-byte line of the receive buffer: values after an odd-sized message
+    are views there (unpack copies only what is misaligned)."""
+    assert spawn("tests.dist_cases:aligned_gather", 3, timeout_s=120) == [[True, True, True]] * 3
+
+
 def test_launch_calms_gloo_event_loop() -> None:
     """Ranks spawned by harness.launch run gloo's event loop under SCHED_BATCH (no wake-up preemption of a
     rank holding a gloo lock); ZEN_GLOO_BATCH=0 keeps the default policy."""

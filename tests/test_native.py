@@ -240,8 +240,8 @@ def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, d
                                                               ascending: bool) -> None:
     """A server's one-pass aggregate + encode == the compact sum over sorted distinct ids, then encode_rows, bit
     for bit: overlapping pushes in any order or each ascending (BP's CPU push), rows whose sums cancel to zero
-    (left out), -0.0 values, int32 and int64 ids, widths 1 and 3, 1 to 4 pushers; a row the server does not
-    own and one outside the tensor are refused."""
+    (left out), -0.0 values, int32 and int64 ids, widths 1 and 3, 1 to 4 pushers; the sums and the payload lie
+    back to back; a row the server does not own and one outside the tensor are refused."""
     from zen.algorithms.bp import compact_sum
 
     g = torch.Generator().manual_seed(23)
@@ -270,6 +270,8 @@ def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, d
                     rows, sums, mine.int(), M, positions, torch.int32)
                 assert torch.equal(payload, want_payload) and count == want_count, (M, n, r)
                 assert torch.equal(values.view(torch.uint8), want_values.view(torch.uint8)), (M, n, r)
+                # sums, then payload, in one buffer (rows that cancelled closed up): the pull sends it as it lies
+                assert payload.data_ptr() == values.data_ptr() + values.numel() * values.element_size()
     members, offsets = hashing.server_rows(100, 2, _family(), torch.device("cpu"))
     words = hashing.server_bits(100, 2, _family(), torch.device("cpu"))[0]
     other = members[offsets[1] : offsets[2]][:1]

@@ -127,7 +127,9 @@ class BalancedParallelism:
         n, r = comm.world_size, comm.rank
         members, offsets = server_rows(grad.num_rows, n, family, grad.device)
         decode, M = self.encoding.decode, grad.num_rows
-        gathered = comm.all_gather_v(message, phase="pull")
+        # the values go first on the wire: they land aligned (a view, not a copy), and a message the native
+        # server built in one buffer (sums, then payload) goes out as it lies
+        gathered = [(payload, values) for values, payload in comm.all_gather_v((message[1], message[0]), phase="pull")]
         if not accelerated(grad.device) or out.rows_wanted:
             if (words := self._words(grad, n, family)) is not None and out.write_bitmaps(gathered, words):
                 return  # every partition decoded on the way out, in one pass over the output

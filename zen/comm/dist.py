@@ -265,12 +265,14 @@ class DistComm(Communicator):
             out = self.pool.take(P * top, buf.device)
             self._wait(self.pg._allgather_base(out, padded, self._opts(c10d.AllgatherOptions)))
             return [out[j * top : j * top + sizes[j]] for j in range(P)]
-        # gloo: the same buffer to every peer (no copies), exact sizes, no padding
-        bounds = [0]
+        # gloo: the same buffer to every peer (no copies), exact sizes, no padding on the wire; each peer's message
+        # lands on a 64-byte line of the receive buffer, so its first tensor is a view there whatever the sizes
+        starts, end = [], 0
         for j in range(P):
-            bounds.append(bounds[-1] + (sizes[j] if j != r else 0))
-        recv = self.pool.take(bounds[-1], buf.device)
-        out = [buf if j == r else recv[bounds[j] : bounds[j + 1]] for j in range(P)]
+            starts.append(end)
+            end += -(-sizes[j] // 64) * 64 if j != r else 0
+        recv = self.pool.take(end, buf.device)
+        out = [buf if j == r else recv[starts[j] : starts[j] + sizes[j]] for j in range(P)]
         works = [self.pg.recv([out[j]], j, 0) for j in range(P) if j != r and sizes[j]]
         works += [self.pg.send([buf], j, 0) for j in range(P) if j != r and sizes[r]]
         self._wait_all(works)

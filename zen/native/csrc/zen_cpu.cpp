@@ -1577,7 +1577,11 @@ std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_
   std::vector<int64_t> before(PW + 1, 0);  // set bits in bitmap words before p
   for (int64_t p = 0; p < PW; ++p) before[p + 1] = before[p] + __builtin_popcountll(bitmap[p]);
   const int64_t count = before[PW];
-  Tensor sums = at::zeros({count, D}, values[0].options());
+  // the sums and the payload in one buffer, the sums first: the message then goes out as it lies (`pack`), and
+  // its values land aligned at the receivers
+  const int64_t sums_bytes = count * D * values[0].element_size(), payload_bytes = (L + 7) / 8;
+  Tensor wire = at::zeros({sums_bytes + payload_bytes}, at::TensorOptions().dtype(at::kByte));
+  Tensor sums = wire.narrow(0, 0, sums_bytes).view(values[0].scalar_type()).view({count, D});
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sums.scalar_type(), "aggregate_hash_bitmap", [&] {
     scalar_t* acc = sums.data_ptr<scalar_t>();
     for (const Pushed& p : pushed) {
@@ -1610,9 +1614,13 @@ std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_
       }
     return 0;
   });
-  Tensor payload = at::empty({(L + 7) / 8}, at::TensorOptions().dtype(at::kByte));
-  std::memcpy(payload.data_ptr<uint8_t>(), bitmap.data(), payload.numel());  // little-endian words
-  return std::make_tuple(payload, kept == count ? sums : sums.narrow(0, 0, kept).clone());
+  if (kept != count) {  // rows closed up: the payload moves down behind the kept sums
+    wire = wire.narrow(0, 0, kept * D * values[0].element_size() + payload_bytes);
+    sums = sums.narrow(0, 0, kept);
+  }
+  Tensor payload = wire.narrow(0, wire.numel() - payload_bytes, payload_bytes);
+  std::memcpy(payload.data_ptr<uint8_t>(), bitmap.data(), payload_bytes);  // little-endian words
+  return std::make_tuple(payload, sums);
 }
 
 // ---------------------------------------------------------------------------------------------------
