@@ -57,8 +57,8 @@ class HierarchicalCentralization:
         coded = self._coded(like)
         wire_like = (like[1], like[0][:0].to(torch.uint8)) if coded else like
         if to is not None and send is not None and coded:
-            spare = gaps.room_bytes(int(send[0].shape[0]), send[0].dtype)
-            send = (send[1], gaps.encode(send[0], after(send[1], spare) if merged else None))
+            room = after(send[1], gaps.room_bytes(int(send[0].shape[0]), send[0].dtype)) if merged else None
+            send = (send[1], gaps.encode(send[0], room))
         got = comm.exchange({to: send} if to is not None and send is not None else {},
                             {source: wire_like} if source is not None else {}, phase)
         if source is None:
