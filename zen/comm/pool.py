@@ -92,7 +92,12 @@ def after(t: torch.Tensor, nbytes: int) -> torch.Tensor:
     storage = t.untyped_storage()
     if not t.is_contiguous() or start + nbytes > storage.nbytes():
         raise ValueError(f"after: {nbytes} bytes past a tensor leave its storage of {storage.nbytes()} bytes")
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, start, (nbytes,))
+    return _bytes_at(t, start, nbytes)
+
+
+def _bytes_at(t: torch.Tensor, start: int, nbytes: int) -> torch.Tensor:
+    """Bytes [start, start + nbytes) of t's storage as a uint8 tensor viewing it."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage(), start, (nbytes,))
 
 
 def span(parts: list[torch.Tensor]) -> torch.Tensor | None:
@@ -104,5 +109,4 @@ def span(parts: list[torch.Tensor]) -> torch.Tensor | None:
         if p.device != first.device or p.untyped_storage().data_ptr() != storage.data_ptr() or p.data_ptr() != end:
             return None
         end += p.numel()
-    total = end - first.data_ptr()
-    return torch.empty(0, dtype=torch.uint8, device=first.device).set_(storage, first.storage_offset(), (total,))
+    return _bytes_at(first, first.storage_offset(), end - first.data_ptr())

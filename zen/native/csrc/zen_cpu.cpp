@@ -1580,8 +1580,8 @@ std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_
   // the sums and the payload in one buffer, the sums first: the message then goes out as it lies (`pack`), and
   // its values land aligned at the receivers
   const int64_t sums_bytes = count * D * values[0].element_size(), payload_bytes = (L + 7) / 8;
-  Tensor wire = at::zeros({sums_bytes + payload_bytes}, at::TensorOptions().dtype(at::kByte));
-  Tensor sums = wire.narrow(0, 0, sums_bytes).view(values[0].scalar_type()).view({count, D});
+  Tensor wire = at::empty({sums_bytes + payload_bytes}, at::TensorOptions().dtype(at::kByte));
+  Tensor sums = wire.narrow(0, 0, sums_bytes).zero_().view(values[0].scalar_type()).view({count, D});
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sums.scalar_type(), "aggregate_hash_bitmap", [&] {
     scalar_t* acc = sums.data_ptr<scalar_t>();
     for (const Pushed& p : pushed) {
