@@ -93,6 +93,63 @@ def kept_results(scheme: str) -> bool:
     return torch.equal(first.coalesce().values(), kept)
 
 
+def bounded_rounds() -> dict[str, Any]:
+    """Bounded one-round exchanges (gloo takes a message shorter than its receive) against the two-round ones, on
+    messages of different sizes per rank, some empty: the same messages arrive, the same bytes are counted, in
+    fewer rounds; a message over its bound raises on its sender before anything is sent."""
+    from zen.comm.base import Packed
+    from zen.comm.dist import DistComm
+
+    comm = DistComm()
+    P, r = comm.world_size, comm.rank
+
+    def rows(j: int, salt: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = (3 * j + salt) % 5  # 0..4 rows, one rank empty
+        return torch.arange(n, dtype=torch.int32) + 10 * j, torch.arange(2 * n, dtype=torch.float32).view(n, 2) + j
+
+    def bound(j: int) -> list[int]:
+        return [4, 4]
+
+    waits = [0]  # the backend's collectives and point-to-point rounds, each a wait for the peers
+
+    def counting(move: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            waits[0] += 1
+            return move(*args, **kwargs)
+        return counted
+
+    for name in ("_all_to_all", "_all_gather", "_all_gather_bytes"):
+        setattr(comm, name, counting(getattr(comm, name)))
+
+    def run(bounded: bool) -> tuple[list[Any], dict[str, dict[str, int]], int]:
+        comm.short_receives = bounded
+        comm.begin_call(7)
+        start = waits[0]
+        got: list[Any] = []
+        to, source = (r + 1) % P, (r - 1) % P
+        got.append(comm.exchange({to: rows(r, 1)}, {source: rows(r, 1)}, "ring", bound)[source])
+        got.append(comm.all_gather_v(rows(r, 2), "gather", bound))
+        parts = [rows(r, 3 + j) for j in range(P)]
+        packed = Packed(tuple(torch.cat([p[k] for p in parts]) for k in range(2)), [len(p[0]) for p in parts])
+        got.append(comm.all_to_all_v(packed, "push", lambda j: [4 * P, 4 * P]))
+        return got, {"sent": dict(comm.traffic.sent), "received": dict(comm.traffic.received)}, waits[0] - start
+
+    def flat(got: Any) -> list[torch.Tensor]:
+        return [got] if isinstance(got, torch.Tensor) else [t for g in got for t in flat(g)]
+
+    base = comm.traffic
+    two, two_bytes, two_rounds = run(False)
+    comm.traffic = type(base)()
+    one, one_bytes, one_rounds = run(True)
+    same = all(torch.equal(a, b) for a, b in zip(flat(two), flat(one), strict=True))
+    refused = ""
+    try:
+        comm.exchange({(r + 1) % P: rows(r, 1)}, {(r - 1) % P: rows(r, 1)}, "ring", lambda j: [0, 0])  # 1-4 rows
+    except ValueError as exc:
+        refused = str(exc)
+    return {"same": same, "bytes": one_bytes == two_bytes, "rounds": (two_rounds, one_rounds), "refused": refused}
+
+
 def aligned_gather() -> list[bool]:
     """all_gather_v of (float32 values, an odd number of bytes) from ranks of different sizes: every message's values
     come back equal to what was sent and as views of one receive buffer (each message on its own 64-byte line),

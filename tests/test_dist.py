@@ -53,6 +53,16 @@ def test_gathered_messages_land_aligned_without_copies() -> None:
     assert spawn("tests.dist_cases:aligned_gather", 3, timeout_s=120) == [[True, True, True]] * 3
 
 
+def test_bounded_rounds_move_the_same_messages_in_one_round() -> None:
+    """Where the input check announced every rank's rows, exchanges, all-gathers and pushes travel with their
+    headers in front (one round instead of two): the same messages, the same bytes counted; a sender over its bound
+    raises before sending (gloo would abort the receiving process)."""
+    for report in spawn("tests.dist_cases:bounded_rounds", 3, timeout_s=120):
+        assert report["same"] and report["bytes"], report
+        assert report["rounds"][1] < report["rounds"][0], report
+        assert "exceeds its bound" in report["refused"], report
+
+
 def test_launch_calms_gloo_event_loop() -> None:
     """Ranks spawned by harness.launch run gloo's event loop under SCHED_BATCH (no wake-up preemption of a
     rank holding a gloo lock); ZEN_GLOO_BATCH=0 keeps the default policy."""

@@ -91,3 +91,38 @@ def test_sparse_rows_of_zero_width_are_refused() -> None:
     empty_rows = torch.sparse_coo_tensor(torch.tensor([[0, 3]]), torch.ones(2, 0), (5, 0), check_invariants=True)
     with pytest.raises(zen.ZenInputError, match="zero elements"):
         zen.simulate("zen", [empty_rows, empty_rows])
+
+
+def test_the_check_announces_every_ranks_rows() -> None:
+    """The input check carries the row count of each of the first ANNOUNCED parts, which schemes bound their
+    messages by: every rank gets every rank's counts, a part whose rows are not extracted (or past ANNOUNCED) gets
+    None, and a communicator forgets them when the next call begins."""
+    from zen.comm.sim import SimComm, SimGroup
+    from zen.grad import to_local_grad
+    from zen.validate import ANNOUNCED, check_parts
+
+    P = 3
+    group = SimGroup(P, timeout_s=60)
+
+    def rank_main(r: int) -> tuple[list[list[int] | None], bool, bool]:
+        comm = SimComm(group, r, torch.device("cpu"))
+        comm.begin_call(1)
+        grads = []
+        for k in range(ANNOUNCED + 1):
+            t = torch.zeros(50)
+            t[: r + k] = 1.0
+            grads.append(to_local_grad(t))
+            grads[-1].rows()
+        lazy = to_local_grad(torch.ones(50))
+        parts = [(g, (50,), "zen") for g in [grads[0], lazy, *grads[1:]]]
+        counts = check_parts(parts, comm)
+        comm.announce(grads[0], [9, 9, 9])
+        kept = comm.announced(grads[0]) == [9, 9, 9] and comm.announced(grads[1]) is None
+        comm.begin_call(2)
+        return counts, kept, comm.announced(grads[0]) is None
+
+    for counts, kept, forgotten in group.run(rank_main):
+        assert counts[0] == [0, 1, 2] and counts[1] is None
+        assert counts[2 : ANNOUNCED] == [[k, k + 1, k + 2] for k in range(1, ANNOUNCED - 1)]
+        assert counts[ANNOUNCED:] == [None] * (len(counts) - ANNOUNCED) and len(counts) == ANNOUNCED + 2
+        assert kept and forgotten

@@ -1,4 +1,6 @@
-"""Cross-rank input checks: every rank learns every rank's verdict, so all raise together, none hangs."""
+"""Cross-rank input checks: every rank learns every rank's verdict, so all raise together, none hangs. The check
+also carries each part's row count (up to ANNOUNCED parts), so a scheme can bound its messages by them and
+skip a header round (zen.comm.base): the call's one small message does both jobs."""
 
 from __future__ import annotations
 
@@ -6,12 +8,13 @@ import zlib
 
 import torch
 
-from zen.comm.base import Communicator
+from zen.comm.base import FIXED_VALUES, Communicator
 from zen.device import accelerated
 from zen.grad import LocalGrad
 from zen.types import ZenInputError
 
 FIELDS = ("dtype", "rows", "row_width", "shape", "scheme", "non_finite", "bad_index", "failed")
+ANNOUNCED = FIXED_VALUES - len(FIELDS)  # parts whose row counts ride in the check, after the fields
 
 
 def _code(text: str) -> int:
@@ -51,17 +54,24 @@ def _describe_all(name: str, parts: list[Checked]) -> str:
     return "; ".join(_describe(name, part) for part in parts)
 
 
+def row_counts(parts: list[Checked] | None) -> list[int]:
+    """ANNOUNCED numbers: the rows each of the first parts is about to send (-1: not extracted yet, or no part)."""
+    counts = [int(grad.indices.shape[0]) if grad.indices is not None else -1 for grad, _, _ in (parts or [])]
+    return (counts + [-1] * ANNOUNCED)[:ANNOUNCED]
+
+
 def local_summary(parts: list[Checked], check_finite: bool = True) -> list[int] | torch.Tensor:
     """8 integers saying what this rank is about to sync: a code per descriptive field (over every part),
     then whether any part holds a NaN / Inf (only with `check_finite`) or an out-of-range sparse index, and
-    0 (the rank's local checks passed). On the accelerator path a tensor there, the verdicts computed
-    without a host read (the all-gather's one read brings them)."""
+    0 (the rank's local checks passed); then `row_counts`. On the accelerator path a tensor there, the
+    verdicts computed without a host read (the all-gather's one read brings them)."""
     codes = [_code(_describe_all(name, parts)) for name in FIELDS[:5]]
     device = parts[0][0].device if parts else torch.device("cpu")
     if not accelerated(device):
         non_finite = check_finite and not all(
             all_finite(grad.values if grad.indices is not None else grad.dense) for grad, _, _ in parts)
-        return [*codes, int(non_finite), int(any(bool(grad.bad_index) for grad, _, _ in parts)), 0]
+        return [*codes, int(non_finite), int(any(bool(grad.bad_index) for grad, _, _ in parts)), 0,
+                *row_counts(parts)]
     ok = torch.ones((), dtype=torch.bool, device=device)
     bad = torch.zeros((), dtype=torch.bool, device=device)
     for grad, _, _ in parts:
@@ -69,14 +79,16 @@ def local_summary(parts: list[Checked], check_finite: bool = True) -> list[int] 
             ok = ok & finite_flag(grad.values if grad.indices is not None else grad.dense)
         bad = bad | torch.as_tensor(grad.bad_index, device=device)
     flags = torch.stack([~ok, bad, torch.zeros((), dtype=torch.bool, device=device)]).to(torch.int64)
-    return torch.cat([torch.tensor(codes, dtype=torch.int64).to(device), flags])
+    return torch.cat([torch.tensor(codes, dtype=torch.int64).to(device), flags,
+                      torch.tensor(row_counts(parts), dtype=torch.int64).to(device)])
 
 
-def check_parts(parts: list[Checked] | None, comm: Communicator, check_finite: bool = True) -> None:
-    """One check for several tensors synced back to back (a DDP bucket's parts): all-gather an 8-integer
-    summary per rank (phase 'meta') and raise ZenInputError on every rank on any issue. `parts=None`: this
-    rank failed its local checks (it raises its own error; the others learn that it did)."""
-    mine = local_summary(parts, check_finite) if parts is not None else [0] * (len(FIELDS) - 1) + [1]
+def check_parts(parts: list[Checked] | None, comm: Communicator, check_finite: bool = True) -> list[list[int] | None]:
+    """One check for several tensors synced back to back (a DDP bucket's parts): all-gather a summary per rank
+    (phase 'meta') and raise ZenInputError on every rank on any issue. `parts=None`: this rank failed its local
+    checks (it raises its own error; the others learn that it did). Returns each part's row count on every rank
+    where every rank announced one (else None): the counts every rank now agrees on."""
+    mine = local_summary(parts, check_finite) if parts is not None else [0] * (len(FIELDS) - 1) + [1, *row_counts(None)]
     table = comm.all_gather_fixed(mine)
     failed = [r for r, row in enumerate(table) if row[7]]
     if failed:
@@ -97,6 +109,8 @@ def check_parts(parts: list[Checked] | None, comm: Communicator, check_finite: b
                             f"this rank {comm.rank} has {_describe_all(name, parts)})")
     if problems:
         raise ZenInputError(f"zen: bad input on rank {comm.rank}: " + "; ".join(problems))
+    counts = [[row[len(FIELDS) + k] for row in table] for k in range(min(len(parts), ANNOUNCED))]
+    return [rows if min(rows) >= 0 else None for rows in counts] + [None] * (len(parts) - len(counts))
 
 
 def check_inputs(grad: LocalGrad | None, shape: tuple[int, ...], scheme: str, comm: Communicator,

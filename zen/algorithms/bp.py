@@ -3,6 +3,8 @@ at each server, pull the aggregated partitions back with the hash-bitmap encodin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from zen import native
@@ -66,7 +68,8 @@ class BalancedParallelism:
     def push(self, grad: LocalGrad, comm: Communicator, stats: SyncStats,
              family: HashFamily) -> list[PullMessage]:
         """Partition this rank's non-zeros, send each partition to its server; returns the (row ids,
-        values) every rank pushed to us, in rank order (ours included)."""
+        values) every rank pushed to us, in rank order (ours included). Where the input check announced
+        every rank's rows, a rank's push to one server is bounded by all of them (one round on gloo)."""
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         wire_index, wire_values, counts, serial = self.partition(index, values, comm.world_size, family,
@@ -74,7 +77,9 @@ class BalancedParallelism:
         if serial >= 0:
             stats.extra["serial_rows"] = float(serial)
         packed = Packed((wire_index, wire_values), counts)
-        received = comm.all_to_all_v(packed, phase="push")
+        announced = comm.announced(grad)
+        received = comm.all_to_all_v(packed, phase="push",
+                                     bound=(lambda j: [announced[j]] * 2) if announced is not None else None)
         stats.push_counts = packed.rows
         return received
 
@@ -129,7 +134,8 @@ class BalancedParallelism:
         decode, M = self.encoding.decode, grad.num_rows
         # the values go first on the wire: they land aligned (a view, not a copy), and a message the native
         # server built in one buffer (sums, then payload) goes out as it lies
-        gathered = [(payload, values) for values, payload in comm.all_gather_v((message[1], message[0]), phase="pull")]
+        pulled = comm.all_gather_v((message[1], message[0]), phase="pull", bound=self._pull_bound(grad, comm, offsets))
+        gathered = [(payload, values) for values, payload in pulled]
         if not accelerated(grad.device) or out.rows_wanted:
             if (words := self._words(grad, n, family)) is not None and out.write_bitmaps(gathered, words):
                 return  # every partition decoded on the way out, in one pass over the output
@@ -144,6 +150,22 @@ class BalancedParallelism:
         for j, (payload, values) in enumerate(gathered):
             if j != r:
                 self.encoding.scatter(buffer, payload, members[offsets[j] : offsets[j + 1]], values, M)
+
+    def _pull_bound(self, grad: LocalGrad, comm: Communicator, offsets: tuple[int, ...]
+                    ) -> Callable[[int], list[int]] | None:
+        """Server j's pull message is at most min(|S_j|, all announced rows) values and its encoding's payload for
+        as many; None where the check announced no rows or the encoding cannot say."""
+        announced = comm.announced(grad)
+        if announced is None or self.encoding.payload_rows(0, 0, grad.num_rows) is None:
+            return None
+        pushed = sum(announced)
+
+        def bound(j: int) -> list[int]:
+            owned = offsets[j + 1] - offsets[j]
+            values = min(owned, pushed)
+            return [values, int(self.encoding.payload_rows(owned, values, grad.num_rows) or 0)]
+
+        return bound
 
     def _words(self, grad: LocalGrad, n: int, family: HashFamily) -> torch.Tensor | None:
         """Every S_j as membership words where the encoding's one-pass CPU kernels can use them."""

@@ -49,18 +49,26 @@ class HierarchicalCentralization:
         return self.ids == "gaps" and not accelerated(like[1].device)
 
     def _round(self, comm: Communicator, to: int | None, send: Message | None, source: int | None,
-               like: Message, phase: str, rows: int, merged: bool = False) -> Message | None:
+               like: Message, phase: str, rows: int, merged: bool = False,
+               reach: list[int] | None = None) -> Message | None:
         """One round every rank joins (`Communicator.exchange`): send `send` to rank `to` and/or receive from
         rank `source` ((ids, values) messages). Coded, the values go first, so that they start aligned in the
         receive buffer (a view of it, not a copy); a `merged` union (`_merge`'s, with room after its values)
-        gets its codes written right behind its values, and the message goes out without a copy."""
+        gets its codes written right behind its values, and the message goes out without a copy. `reach`:
+        the most rows each rank's union can hold now (`_reaches`), which bounds its message."""
         coded = self._coded(like)
         wire_like = (like[1], like[0][:0].to(torch.uint8)) if coded else like
         if to is not None and send is not None and coded:
             room = after(send[1], gaps.room_bytes(int(send[0].shape[0]), send[0].dtype)) if merged else None
             send = (send[1], gaps.encode(send[0], room))
+
+        def bound(j: int) -> list[int]:
+            assert reach is not None
+            return [reach[j], gaps.room_bytes(reach[j], like[0].dtype) if coded else reach[j]]
+
         got = comm.exchange({to: send} if to is not None and send is not None else {},
-                            {source: wire_like} if source is not None else {}, phase)
+                            {source: wire_like} if source is not None else {}, phase,
+                            bound if reach is not None else None)
         if source is None:
             return None
         message = got[source]
@@ -80,11 +88,29 @@ class HierarchicalCentralization:
         room = comm.pool.take_rows(rows, a[0].dtype, a[1], spare)
         return merge_rows((a[0], a[1]), (b[0], b[1]), room)
 
+    @staticmethod
+    def _reaches(fold: Fold, rows: list[int] | None) -> list[list[int] | None]:
+        """Before each round (the fold, every level, the unfold): the most rows each rank's union can hold, the
+        sum of the announced rows (`Communicator.announced`) of the ranks it covers; Nones without them."""
+        if rows is None:
+            return [None] * (fold.levels + 2)
+        cur, out = list(rows), [list(rows)]
+        for sitter, holder in fold.pairs:
+            cur[holder] += cur[sitter]
+        for level in range(fold.levels):
+            out.append(list(cur))
+            grown = list(cur)
+            for v, r in enumerate(fold.active):
+                grown[r] = cur[r] + cur[fold.peer(v, level)]
+            cur = grown
+        return [*out, cur]
+
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         index, values = grad.rows()
         stats.nnz = int(index.numel())
         idx_dtype = grad.index_dtype()
         fold, r, M = Fold(comm.world_size), comm.rank, grad.num_rows
+        reaches = self._reaches(fold, comm.announced(grad))
         like = (index[:0].to(idx_dtype), values[:0])
         if grad.dense is None:  # sparse inputs may hold -0.0; send +0.0 like every sum
             values = values + 0.0
@@ -94,13 +120,13 @@ class HierarchicalCentralization:
         partner = fold.partner(r) if folded else None
         if fold.extra:  # the even rank of each folded pair hands its rows to the odd one
             got = self._round(comm, partner if sits_out else None, union, None if sits_out else partner, like,
-                              "fold", M)
+                              "fold", M, reach=reaches[0])
             if got is not None:
                 union, merged = self._merge(comm, union, got), True
         result = [union]  # row sets whose sum is the result
         for level in range(fold.levels):  # sitters join every round with nothing to say
             peer = None if sits_out else fold.peer(fold.vrank(r), level)
-            got = self._round(comm, peer, union, peer, like, "reduce", M, merged)
+            got = self._round(comm, peer, union, peer, like, "reduce", M, merged, reaches[1 + level])
             if got is None:
                 continue
             result = [union, got]  # the last round is summed straight into `out`, never merged
@@ -109,7 +135,7 @@ class HierarchicalCentralization:
                 result = [union]
         if fold.extra:
             got = self._round(comm, None if sits_out else partner, union, partner if sits_out else None, like,
-                              "unfold", M, merged)
+                              "unfold", M, merged, reaches[-1])
             if got is not None:
                 result = [got]
         out.write(result)

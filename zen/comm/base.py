@@ -1,15 +1,20 @@
 """The one door to the network: every scheme talks through a Communicator, which counts bytes.
 
-Messages are tuples of tensors whose first dimension varies per rank. Every size-carrying exchange is two
+Messages are tuples of tensors whose first dimension varies per rank. A size-carrying exchange is two
 rounds: a fixed-size header per peer first, then the payload, sized from the header (never from the
-receiver's guess). The header names the call (its number on this communicator and a code of the scheme and
-its options, `begin_call`), the message's layout (dtypes and row shapes) and each tensor's row count, so the
-receiver reads ONE small table per round on the host and nothing of the payload: on a GPU that is the
-round's only host synchronization, and it is counted (`Traffic.host_reads`; `host` is the only way this
-layer reads device data). Headers of one kind have one size, so ranks at different calls never post
-operations of the same kind with different sizes (gloo aborts the process on that); they see each other's
-header instead, and every rank raises: ZenCommError when the call numbers differ (a skipped or extra call),
-ZenInputError when codes or layouts differ (ranks configured differently).
+receiver's guess). Where the receiver knows a bound on the message (`bound`: rows per tensor a sender may
+send, which a scheme derives from the row counts every rank announced in this call's input check,
+`announce`) and the backend takes a message shorter than the posted receive (`short_receives`: gloo), it is
+one round instead: each message travels with its header in front, into a receive of the bound's size. A
+sender never exceeds the bound it is given (it raises first): gloo aborts a process that meets a longer one.
+
+The header names the call (its number on this communicator and a code of the scheme and its options, `begin_call`),
+the message's layout (dtypes and row shapes) and each tensor's row count, so the receiver reads ONE small table per
+round on the host and nothing of the payload: on a GPU that is the round's only host synchronization, and it is
+counted (`Traffic.host_reads`; `host` is the only way this layer reads device data). Headers of one kind have one
+size, so ranks at different calls never post operations of the same kind with different sizes (gloo aborts the
+process on that); they see each other's header instead, and every rank raises: ZenCommError when the call numbers
+differ (a skipped or extra call), ZenInputError when codes or layouts differ (ranks configured differently).
 
 Every exchange is a round of the whole group: every rank calls it, also a rank with nothing to send (an
 empty `exchange`), in the same order on every rank. Backends (zen.comm.sim, zen.comm.dist) only move bytes
@@ -55,6 +60,7 @@ HEAD_SLOTS = 3 + MAX_TENSORS  # a message's header, per peer: call, code, layout
 HEAD_BYTES = 8 * HEAD_SLOTS
 FIXED_SLOTS = 16  # a fixed all-gather: call, code, length, up to 13 values
 FIXED_VALUES = FIXED_SLOTS - 3
+FIXED_BYTES = 8 * FIXED_SLOTS  # one rank's part of a fixed all-gather
 
 
 def code_of(text: str) -> int:
@@ -87,6 +93,11 @@ def _offsets(counts: Sequence[int]) -> list[int]:
     for c in counts:
         bounds.append(bounds[-1] + int(c))
     return bounds
+
+
+def _lines(nbytes: int) -> int:
+    """`nbytes` rounded up to whole 64-byte lines."""
+    return -(-nbytes // 64) * 64
 
 
 def _check_template(template: Message) -> None:
@@ -195,6 +206,7 @@ class Communicator(ABC):
 
     clocked = True
     pads_all_gather = False  # True: an uneven all-gather travels padded to its largest message (NCCL)
+    short_receives = False  # True: a message may be shorter than its posted receive (gloo): one-round exchanges
 
     def __init__(self, rank: int, world_size: int, device: torch.device, seed: int | None = None):
         self.rank = rank
@@ -208,6 +220,7 @@ class Communicator(ABC):
         self._code = 0
         self._sizes_agreed = False
         self._failure: str | None = None
+        self._announced: dict[int, tuple[object, list[int]]] = {}  # id(grad) -> (grad, rows per rank), this call
 
     def begin_call(self, code: int, sizes_agreed: bool = False) -> None:
         """Start the next call: its headers carry the call number and `code` (the scheme and its options).
@@ -216,6 +229,17 @@ class Communicator(ABC):
         self.call += 1
         self._code = code & 0x7FFFFFFF
         self._sizes_agreed = sizes_agreed
+        self._announced.clear()
+
+    def announce(self, grad: object, rows: Sequence[int]) -> None:
+        """Every rank's row count of `grad` (its `rows()`), as this call's input check all-gathered them: what a
+        scheme may bound its messages by (`announced`). Forgotten when the next call begins."""
+        self._announced[id(grad)] = (grad, [int(c) for c in rows])
+
+    def announced(self, grad: object) -> list[int] | None:
+        """The row counts announced for `grad` on this communicator in this call, by rank, or None."""
+        got = self._announced.get(id(grad))
+        return got[1] if got is not None and got[0] is grad else None
 
     @property
     def failure(self) -> str | None:
@@ -370,23 +394,38 @@ class Communicator(ABC):
             return [row[3 : 3 + n] for row in rows]
         return torch.tensor([row[3 : 3 + n] for row in rows], dtype=torch.int64).view(dtype).tolist()
 
-    def exchange(self, sends: Mapping[int, Message], recvs: Mapping[int, Message], phase: str
-                 ) -> dict[int, Message]:
+    def exchange(self, sends: Mapping[int, Message], recvs: Mapping[int, Message], phase: str,
+                 bound: Callable[[int], Sequence[int]] | None = None) -> dict[int, Message]:
         """One round of point-to-point messages: `sends[j]` goes to rank j, and a message comes from every
         rank in `recvs` (its value: a template of dtypes and row shapes). Every rank of the group calls it,
-        with whatever it has (possibly nothing); peers must name each other. Returns what came, by rank."""
+        with whatever it has (possibly nothing); peers must name each other. Returns what came, by rank.
+        `bound(j)`: the most rows per tensor rank j's message in this round can have, the same on every rank
+        (one round instead of two where the backend takes short messages; see the module docstring)."""
         for peer in (*sends, *recvs):
             if not 0 <= peer < self.world_size or peer == self.rank:
                 raise ValueError(f"rank {self.rank}: exchange with rank {peer} of a group of {self.world_size}")
         counts = {j: [int(t.shape[0]) for t in m] for j, m in sends.items()}
+        if bound is not None and self.short_receives:
+            return self._bounded_round(sends, counts, recvs, phase, bound)
         return self._round(sends, counts, recvs, phase, lambda _: [sends[j] for j in sorted(sends)])
 
-    def all_to_all_v(self, messages: Sequence[Message] | Packed | Deferred, phase: str) -> list[Message]:
+    def all_to_all_v(self, messages: Sequence[Message] | Packed | Deferred, phase: str,
+                     bound: Callable[[int], Sequence[int]] | None = None) -> list[Message]:
         """messages[j] goes to rank j (a list, one `Packed` layout, or `Deferred` messages); returns the message
-        received from each rank, in rank order (our own as it is; an empty template from a non-peer)."""
+        received from each rank, in rank order (our own as it is; an empty template from a non-peer). `bound(j)`
+        as in `exchange` (for a list or a `Packed` layout): one round where the backend takes short messages."""
         P, r = self.world_size, self.rank
         if isinstance(messages, Deferred):
             return self._all_to_all_deferred(messages, phase)
+        if bound is not None and self.short_receives and P > 1:
+            if isinstance(messages, Packed):
+                counts = messages.counts
+                rows = self.host(counts) if isinstance(counts, torch.Tensor) else [int(c) for c in counts]
+                messages.rows, bounds = rows, _offsets(rows)
+                messages = [tuple(t[bounds[j] : bounds[j + 1]] for t in messages.tensors) for j in range(P)]
+            sends = {j: m for j, m in enumerate(messages) if j != r}
+            got = self.exchange(sends, {j: messages[r] for j in sends}, phase, bound)
+            return [messages[r] if j == r else got[j] for j in range(P)]
         if not isinstance(messages, Packed):
             if P == 1:
                 return [messages[0]]
@@ -504,18 +543,65 @@ class Communicator(ABC):
             offset += sizes_in[j]
         return out
 
+    def _bounded_round(self, sends: Mapping[int, Message], counts: Mapping[int, list[int]],
+                       recvs: Mapping[int, Message], phase: str, bound: Callable[[int], Sequence[int]]
+                       ) -> dict[int, Message]:
+        """`_round` in one round: every message goes with its header in front, into a receive of the bound's size
+        (each starting on a 64-byte line, so its tensors are views). Bytes are counted as in `_round`."""
+        P, r = self.world_size, self.rank
+        for m in (*sends.values(), *recvs.values()):
+            _check_template(m)
+        ours = [int(b) for b in bound(r)]
+        messages, sizes_out = [], [0] * P
+        for j in sorted(sends):
+            m, rows = sends[j], counts[j]
+            if any(c > b for c, b in zip(rows, ours, strict=True)):
+                raise ValueError(f"rank {r}: a message of {rows} rows to rank {j} exceeds its bound {ours}")
+            head = torch.zeros(HEAD_SLOTS, dtype=torch.int64)
+            head[:3 + len(m)] = torch.tensor([self.call, self._code, layout_code(m), *rows])
+            messages.append((head, *m))
+            sizes_out[j] = HEAD_BYTES + message_bytes(rows, row_bytes(m))
+        limits = {j: [int(b) for b in bound(j)] for j in recvs}
+        sizes_in = [_lines(HEAD_BYTES + message_bytes(limits[j], row_bytes(recvs[j]))) if j in recvs else 0
+                    for j in range(P)]
+        buf = pack(messages, self._wire_device(), self.pool)
+        got = self._guard("exchange", phase, lambda: self._all_to_all(buf, sizes_out, sizes_in))
+        starts = _offsets(sizes_in)
+        sources = [j for j in range(P) if j in recvs]
+        heads = [got[starts[j] : starts[j] + HEAD_BYTES].view(torch.int64) for j in sources]
+        flat = self.host(torch.cat(heads)) if heads else []
+        out, received = {}, 0
+        for i, j in enumerate(sources):
+            row, like = flat[i * HEAD_SLOTS : (i + 1) * HEAD_SLOTS], recvs[j]
+            self._agree([[self.call, self._code, layout_code(like)], row[:3]], [r, j],
+                        f"exchange in phase '{phase}'", fatal=True)
+            rows, start = row[3 : 3 + len(like)], starts[j] + HEAD_BYTES
+            nbytes = message_bytes(rows, row_bytes(like))
+            out[j] = unpack(got[start : start + nbytes], rows, like)
+            received += nbytes
+        if sends or recvs:
+            self.traffic.add(META, HEAD_BYTES * len(sends), HEAD_BYTES * len(sources))
+            self.traffic.add(phase, sum(sizes_out) - HEAD_BYTES * len(sends), received)
+            self.traffic.rounds += 1
+        return out
+
     def _wire_device(self) -> torch.device:
         """Where payload bytes are packed for the backend (gloo: the host, whatever the tensors' device)."""
         return self.device
 
-    def all_gather_v(self, message: Message, phase: str) -> list[Message]:
+    def all_gather_v(self, message: Message, phase: str,
+                     bound: Callable[[int], Sequence[int]] | None = None) -> list[Message]:
         """Every rank's message, in rank order. Its header is one fixed all-gather of the layout and the
         row counts; the payload travels exactly (gloo, the simulated group) or padded to the largest
-        message (`pads_all_gather`: NCCL's all-gather takes equal sizes; the padding is counted as "pad")."""
+        message (`pads_all_gather`: NCCL's all-gather takes equal sizes; the padding is counted as "pad").
+        `bound(j)` as in `exchange`: where the backend takes short messages, the header travels in front of
+        the payload instead, one round."""
         P, r = self.world_size, self.rank
         if P == 1:
             return [message]
         _check_template(message)
+        if bound is not None and self.short_receives:
+            return self._bounded_gather(message, phase, bound)
         counts = [int(t.shape[0]) for t in message]
         table = self.all_gather_fixed([layout_code(message), *counts])
         if len({row[0] for row in table}) > 1:
@@ -530,6 +616,38 @@ class Communicator(ABC):
             top = max(sizes)
             self.traffic.add(PAD, (P - 1) * (top - sizes[r]), sum(top - s for j, s in enumerate(sizes) if j != r))
         return [message if j == r else unpack(got[j], table[j][1:], message) for j in range(P)]
+
+    def _bounded_gather(self, message: Message, phase: str, bound: Callable[[int], Sequence[int]]) -> list[Message]:
+        """`all_gather_v` in one round: the fixed all-gather's row (call, code, its length, the layout, the row
+        counts) goes in front of the payload, into receives of the bound's size on 64-byte lines; the same bytes
+        are counted."""
+        P, r = self.world_size, self.rank
+        counts, widths = [int(t.shape[0]) for t in message], row_bytes(message)
+        ours = [int(b) for b in bound(r)]
+        if any(c > b for c, b in zip(counts, ours, strict=True)):
+            raise ValueError(f"rank {r}: all_gather_v of {counts} rows exceeds its bound {ours}")
+        head = torch.zeros(FIXED_SLOTS, dtype=torch.int64)
+        head[: 4 + len(counts)] = torch.tensor([self.call, self._code, 1 + len(counts), layout_code(message), *counts])
+        buf = pack([(head, *message)], self._wire_device(), self.pool)
+        sizes = [int(buf.numel()) if j == r else
+                 _lines(FIXED_BYTES + message_bytes([int(b) for b in bound(j)], widths)) for j in range(P)]
+        got = self._guard("all_gather_v", phase, lambda: self._all_gather_bytes(buf, sizes))
+        rows = self.host(torch.cat([got[j][:FIXED_BYTES].view(torch.int64) for j in range(P)]))
+        rows = [rows[j * FIXED_SLOTS : (j + 1) * FIXED_SLOTS] for j in range(P)]
+        self._agree([row[:3] for row in rows], list(range(P)), f"all_gather_v in phase '{phase}'")
+        if len({row[3] for row in rows}) > 1:
+            raise ZenInputError(f"zen: rank {r}/{P}: all_gather_v in phase '{phase}': ranks send different "
+                                f"dtypes or row shapes in call {self.call}")
+        out, received = [], 0
+        for j in range(P):
+            got_rows = rows[j][4 : 4 + len(message)]
+            nbytes = message_bytes(got_rows, widths)
+            out.append(message if j == r else unpack(got[j][FIXED_BYTES : FIXED_BYTES + nbytes], got_rows, message))
+            received += nbytes if j != r else 0
+        self.traffic.add(META, (P - 1) * FIXED_BYTES, (P - 1) * FIXED_BYTES)
+        self.traffic.add(phase, (P - 1) * message_bytes(counts, widths), received)
+        self.traffic.rounds += 1
+        return out
 
     def sendrecv(self, peer: int, send: Message | None, recv_like: Message | None, phase: str) -> Message | None:
         """`exchange` with one peer: send to it and/or receive from it."""
@@ -549,7 +667,6 @@ class Communicator(ABC):
 
 
 # ---- metadata a rank receives (what `predict`s add to a scheme's payload) ------------------------
-FIXED_BYTES = 8 * FIXED_SLOTS  # one rank's part of a fixed all-gather
 
 
 def message_meta() -> int:

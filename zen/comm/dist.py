@@ -57,13 +57,15 @@ def timeout_seconds(timeout_s: float | None = None) -> float:
 class BackendRules:
     """What a torch.distributed backend guarantees, as far as this layer cares. `ordered`: NCCL's rules
     (point-to-point in issue order per pair, equal-size all-gathers only, futures complete at enqueue);
-    `host_wire`: payloads travel through host memory (gloo)."""
+    `host_wire`: payloads travel through host memory (gloo); `short_receives`: a receive takes a message shorter
+    than its buffer (gloo; NCCL needs the sizes to match), so a bounded exchange is one round."""
 
     ordered: bool
     host_wire: bool = False
+    short_receives: bool = False
 
 
-GLOO = BackendRules(ordered=False, host_wire=True)
+GLOO = BackendRules(ordered=False, host_wire=True, short_receives=True)
 NCCL_LIKE = BackendRules(ordered=True)
 _RULES: dict[str, BackendRules] = {"gloo": GLOO, "nccl": NCCL_LIKE}
 
@@ -132,6 +134,7 @@ class DistComm(Communicator):
         self.backend = backend_for(pg, device)
         self.rules = rules_of(self.backend)
         self.pads_all_gather = self.rules.ordered
+        self.short_receives = self.rules.short_receives
         super().__init__(dist.get_rank(pg), dist.get_world_size(pg), device, seed)
         self.group = group
 

@@ -81,6 +81,11 @@ class Encoding(ABC):
         """Exact bytes of one server's message (payload + values) for |S_j| = `owned` rows of which
         `nonzero` are non-zero: what BP's `predict` charges."""
 
+    def payload_rows(self, owned: int, nonzero: int, num_rows: int) -> int | None:
+        """Length of the payload of a server owning `owned` rows, `nonzero` of them non-zero (it never shrinks as
+        `nonzero` grows): what bounds a pull message before it is sent (zen.comm.base). None: not known."""
+        return None
+
     @abstractmethod
     def pull_bytes(self, w: WireLayout, union: float) -> float:
         """Closed form (section 5) of the bytes one rank pulls from the n - 1 other servers when the

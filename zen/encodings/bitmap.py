@@ -28,5 +28,8 @@ class Bitmap(Encoding):
     def payload_bytes(self, owned: int, nonzero: int, layout: WireLayout) -> int:
         return -(-layout.rows // 8) + nonzero * layout.width * layout.value_bytes
 
+    def payload_rows(self, owned: int, nonzero: int, num_rows: int) -> int:
+        return -(-num_rows // 8)
+
     def pull_bytes(self, w: WireLayout, union: float) -> float:
         return (w.world_size - 1) * w.rows / 8 + (w.world_size - 1) / w.world_size * union * w.width * w.value_bytes

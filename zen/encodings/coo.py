@@ -24,5 +24,8 @@ class Coo(Encoding):
     def payload_bytes(self, owned: int, nonzero: int, layout: WireLayout) -> int:
         return nonzero * layout.coo_row
 
+    def payload_rows(self, owned: int, nonzero: int, num_rows: int) -> int:
+        return nonzero
+
     def pull_bytes(self, w: WireLayout, union: float) -> float:
         return (w.world_size - 1) / w.world_size * union * w.coo_row

@@ -47,5 +47,8 @@ class HashBitmap(Encoding):
     def payload_bytes(self, owned: int, nonzero: int, layout: WireLayout) -> int:
         return -(-owned // 8) + nonzero * layout.width * layout.value_bytes
 
+    def payload_rows(self, owned: int, nonzero: int, num_rows: int) -> int:
+        return -(-owned // 8)
+
     def pull_bytes(self, w: WireLayout, union: float) -> float:
         return (w.world_size - 1) / w.world_size * (w.rows / 8 + union * w.width * w.value_bytes)

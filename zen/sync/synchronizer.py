@@ -159,7 +159,9 @@ class Synchronizer:
             comm.traffic = (check_stats or stats[0]).traffic
             described = [(g, tuple(p.tensor.shape), _name(plan))
                          for g, p, plan in zip(grads, parts, plans, strict=True)]
-            check_parts(described, comm, check_finite=c.check_finite)
+            for grad, rows in zip(grads, check_parts(described, comm, check_finite=c.check_finite), strict=True):
+                if rows is not None:
+                    comm.announce(grad, rows)
         return [self._sync(p, plan, grad, output, s, divisor)
                 for p, plan, grad, output, s in zip(parts, plans, grads, outputs, stats, strict=True)]
 
