@@ -1329,8 +1329,10 @@ inline void pull_words_f32(float* out, int64_t M, int64_t w_lo, int64_t w_hi, in
   }
   const bool aligned = (reinterpret_cast<uintptr_t>(out) & 63) == 0;
   const __m512 zero = _mm512_setzero_ps(), by = _mm512_set1_ps(static_cast<float>(divisor));
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (int64_t w = w_lo; w < w_hi; ++w) {
     __m512 lane[4] = {zero, zero, zero, zero};
+    uint64_t landed_at[N], any = 0;
     for (int j = 0; j < N; ++j) {
       uint64_t landed;
       if constexpr (kGuard) {
@@ -1341,13 +1343,36 @@ inline void pull_words_f32(float* out, int64_t M, int64_t w_lo, int64_t w_hi, in
         landed = _pdep_u64(take_bits(stream[j], nbytes[j], at[j], k), m);
         at[j] += k;
       }
-      const float* v = src[j] + next[j];
-      for (int q = 0; q < 4; ++q) {
-        const auto piece = static_cast<__mmask16>(landed >> (16 * q));
-        lane[q] = _mm512_mask_expandloadu_ps(lane[q], piece, v);
-        v += __builtin_popcount(piece);
+      landed_at[j] = landed;
+      any |= landed;
+    }
+    if (__builtin_popcountll(any) <= 16) {
+      // at most 16 rows land in this word (every word of a sparse result): each server's values go once into their
+      // places among the word's landed rows (one expanding load per server, its lanes picked by pext), and the
+      // four quarters of the word are spread from that one vector (a permute and a register expand each)
+      __m512 packed = zero;
+      for (int j = 0; j < N; ++j) {
+        packed = _mm512_mask_expandloadu_ps(packed, static_cast<__mmask16>(_pext_u64(landed_at[j], any)),
+                                            src[j] + next[j]);
+        next[j] += __builtin_popcountll(landed_at[j]);
       }
-      next[j] = v - src[j];
+      int skip = 0;
+      for (int q = 0; q < 4; ++q) {
+        const auto piece = static_cast<__mmask16>(any >> (16 * q));
+        const __m512 from = _mm512_permutexvar_ps(_mm512_add_epi32(iota, _mm512_set1_epi32(skip)), packed);
+        lane[q] = _mm512_maskz_expand_ps(piece, from);
+        skip += __builtin_popcount(piece);
+      }
+    } else {
+      for (int j = 0; j < N; ++j) {
+        const float* v = src[j] + next[j];
+        for (int q = 0; q < 4; ++q) {
+          const auto piece = static_cast<__mmask16>(landed_at[j] >> (16 * q));
+          lane[q] = _mm512_mask_expandloadu_ps(lane[q], piece, v);
+          v += __builtin_popcount(piece);
+        }
+        next[j] = v - src[j];
+      }
     }
     float* row = out + w * 64;
     const int64_t rows = std::min<int64_t>(64, M - w * 64);
