@@ -29,9 +29,11 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <type_traits>
+#include <span>
 #include <vector>
 
 #include "zen_common.h"
@@ -1550,7 +1552,9 @@ std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_
     total += ids[s].numel();
   }
   const int64_t D = values[0].size(1);
-  std::vector<int64_t> below(W + 1, 0);  // members of S_r in words before w
+  // working arrays left uninitialised (new T[n], not a vector's zeroing): every entry is written before it is read
+  std::unique_ptr<int64_t[]> below(new int64_t[W + 1]);  // members of S_r in words before w
+  below[0] = 0;
   for (int64_t w = 0; w < W; ++w) below[w + 1] = below[w] + __builtin_popcountll(words[w]);
   const int64_t L = below[W], PW = (L + 63) / 64;
   // The pushed rows in the order of their bucket of 2^14 rows, stable (message order kept within a bucket):
@@ -1566,7 +1570,8 @@ std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_
     };
   };
   const bool inline_rows = row_bytes <= 8;
-  std::vector<Pushed> pushed(total);
+  std::unique_ptr<Pushed[]> owned_pushed(new Pushed[total]);
+  Pushed* const pushed = owned_pushed.get();
   with_index<kDevice>(ids[0], [&](auto itag) {
     using Idx = decltype(itag);
     std::vector<int64_t> cursor((num_rows >> kBucketShift) + 1, 0);
@@ -1593,13 +1598,14 @@ std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_
     return 0;
   });
   std::vector<uint64_t> bitmap(PW, 0);
-  for (Pushed& p : pushed) {
+  for (Pushed& p : std::span<Pushed>(pushed, total)) {
     const uint64_t word = words[p.row >> 6], bit = uint64_t{1} << (p.row & 63);
     TORCH_CHECK(word & bit, "zen native: row ", p.row, " was pushed to a server that does not own it");
     p.row = below[p.row >> 6] + __builtin_popcountll(word & (bit - 1));
     bitmap[p.row >> 6] |= uint64_t{1} << (p.row & 63);
   }
-  std::vector<int64_t> before(PW + 1, 0);  // set bits in bitmap words before p
+  std::unique_ptr<int64_t[]> before(new int64_t[PW + 1]);  // set bits in bitmap words before p
+  before[0] = 0;
   for (int64_t p = 0; p < PW; ++p) before[p + 1] = before[p] + __builtin_popcountll(bitmap[p]);
   const int64_t count = before[PW];
   // the sums and the payload in one buffer, the sums first: the message then goes out as it lies (`pack`), and
@@ -1609,7 +1615,7 @@ std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_
   Tensor sums = wire.narrow(0, 0, sums_bytes).zero_().view(values[0].scalar_type()).view({count, D});
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sums.scalar_type(), "aggregate_hash_bitmap", [&] {
     scalar_t* acc = sums.data_ptr<scalar_t>();
-    for (const Pushed& p : pushed) {
+    for (const Pushed& p : std::span<const Pushed>(pushed, total)) {
       const int64_t at = before[p.row >> 6] + __builtin_popcountll(bitmap[p.row >> 6] & ((uint64_t{1} << (p.row & 63)) - 1));
       const auto* v = reinterpret_cast<const scalar_t*>(inline_rows ? reinterpret_cast<const char*>(&p.bits) : p.value);
       for (int64_t d = 0; d < D; ++d) acc[at * D + d] = acc[at * D + d] + v[d];
