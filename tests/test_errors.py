@@ -126,3 +126,22 @@ def test_the_check_announces_every_ranks_rows() -> None:
         assert counts[2 : ANNOUNCED] == [[k, k + 1, k + 2] for k in range(1, ANNOUNCED - 1)]
         assert counts[ANNOUNCED:] == [None] * (len(counts) - ANNOUNCED) and len(counts) == ANNOUNCED + 2
         assert kept and forgotten
+
+
+def test_announced_rows_keep_no_tensor_alive() -> None:
+    """A communicator holds the grads whose rows were announced weakly: a caller's tensor is freed after its call."""
+    import gc
+    import weakref
+
+    from zen.comm.sim import SimComm, SimGroup
+    from zen.grad import to_local_grad
+
+    comm = SimComm(SimGroup(1), 0, torch.device("cpu"))
+    comm.begin_call(1)
+    grad = to_local_grad(torch.ones(8))
+    comm.announce(grad, [8])
+    alive = weakref.ref(grad)
+    assert comm.announced(grad) == [8]
+    del grad
+    gc.collect()
+    assert alive() is None

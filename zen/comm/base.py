@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import random
+import weakref
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -220,7 +221,7 @@ class Communicator(ABC):
         self._code = 0
         self._sizes_agreed = False
         self._failure: str | None = None
-        self._announced: dict[int, tuple[object, list[int]]] = {}  # id(grad) -> (grad, rows per rank), this call
+        self._announced: dict[int, tuple[weakref.ref, list[int]]] = {}  # id(grad) -> (it, rows per rank), this call
 
     def begin_call(self, code: int, sizes_agreed: bool = False) -> None:
         """Start the next call: its headers carry the call number and `code` (the scheme and its options).
@@ -233,13 +234,14 @@ class Communicator(ABC):
 
     def announce(self, grad: object, rows: Sequence[int]) -> None:
         """Every rank's row count of `grad` (its `rows()`), as this call's input check all-gathered them: what a
-        scheme may bound its messages by (`announced`). Forgotten when the next call begins."""
-        self._announced[id(grad)] = (grad, [int(c) for c in rows])
+        scheme may bound its messages by (`announced`). Forgotten when the next call begins; held weakly, so the
+        communicator keeps no caller's tensor alive between calls."""
+        self._announced[id(grad)] = (weakref.ref(grad), [int(c) for c in rows])
 
     def announced(self, grad: object) -> list[int] | None:
         """The row counts announced for `grad` on this communicator in this call, by rank, or None."""
         got = self._announced.get(id(grad))
-        return got[1] if got is not None and got[0] is grad else None
+        return got[1] if got is not None and got[0]() is grad else None
 
     @property
     def failure(self) -> str | None:
