@@ -49,13 +49,15 @@ class HierarchicalCentralization:
         return self.ids == "gaps" and not accelerated(like[1].device)
 
     def _round(self, comm: Communicator, to: int | None, send: Message | None, source: int | None,
-               like: Message, phase: str, rows: int, merged: bool = False,
+               wire: tuple[Message, int], phase: str, merged: bool = False,
                reach: list[int] | None = None) -> Message | None:
         """One round every rank joins (`Communicator.exchange`): send `send` to rank `to` and/or receive from
         rank `source` ((ids, values) messages). Coded, the values go first, so that they start aligned in the
         receive buffer (a view of it, not a copy); a `merged` union (`_merge`'s, with room after its values)
         gets its codes written right behind its values, and the message goes out without a copy. `reach`:
-        the most rows each rank's union can hold now (`_reaches`), which bounds its message."""
+        the most rows each rank's union can hold now (`_reaches`), which bounds its message. `wire`: the call's
+        (ids, values) template and M, the rows an id may name."""
+        like, rows = wire
         coded = self._coded(like)
         wire_like = (like[1], like[0][:0].to(torch.uint8)) if coded else like
         if to is not None and send is not None and coded:
@@ -119,14 +121,14 @@ class HierarchicalCentralization:
         sits_out, folded = fold.sits_out(r), fold.folded(r)
         partner = fold.partner(r) if folded else None
         if fold.extra:  # the even rank of each folded pair hands its rows to the odd one
-            got = self._round(comm, partner if sits_out else None, union, None if sits_out else partner, like,
-                              "fold", M, reach=reaches[0])
+            got = self._round(comm, partner if sits_out else None, union, None if sits_out else partner, (like, M),
+                              "fold", reach=reaches[0])
             if got is not None:
                 union, merged = self._merge(comm, union, got), True
         result = [union]  # row sets whose sum is the result
         for level in range(fold.levels):  # sitters join every round with nothing to say
             peer = None if sits_out else fold.peer(fold.vrank(r), level)
-            got = self._round(comm, peer, union, peer, like, "reduce", M, merged, reaches[1 + level])
+            got = self._round(comm, peer, union, peer, (like, M), "reduce", merged, reaches[1 + level])
             if got is None:
                 continue
             result = [union, got]  # the last round is summed straight into `out`, never merged
@@ -134,8 +136,8 @@ class HierarchicalCentralization:
                 union, merged = self._merge(comm, union, got), True
                 result = [union]
         if fold.extra:
-            got = self._round(comm, None if sits_out else partner, union, partner if sits_out else None, like,
-                              "unfold", M, merged, reaches[-1])
+            got = self._round(comm, None if sits_out else partner, union, partner if sits_out else None, (like, M),
+                              "unfold", merged, reaches[-1])
             if got is not None:
                 result = [got]
         out.write(result)
