@@ -284,7 +284,7 @@ class TwoLevel:
         if mode == "flat":
             scheme(grad, comm, out, stats)
         else:
-            sync_two_level(scheme, grad, self.nodes, out, stats, mode)
+            sync_two_level(scheme, grad, self.nodes, out, stats, mode, comm.announced(grad))
         stats.intra = mode
         if clock is not None:
             trial.record(mode, clock.stop().seconds(), comm)
@@ -294,18 +294,24 @@ class TwoLevel:
 
 
 def sync_two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: DenseOutput, stats: SyncStats,
-                   mode: str) -> None:
+                   mode: str, announced: list[int] | None = None) -> None:
     """The sum over every rank of `grad` (dense rows) into `out.buffer`, divided by `out.divisor`: reduce-
     scatter in the node, `scheme` across nodes on this rank's shard, then all-gather in the node. Dense node
-    steps divide in the shard (1/k of the work), sparse ones while the gathered rows are written."""
+    steps divide in the shard (1/k of the work), sparse ones while the gathered rows are written. `announced`:
+    every rank's rows as the call's input check gave them (`Communicator.announced`), which bound the sparse
+    steps' messages (`SparseBounds`)."""
     intra, inter = comms.intra, comms.inter
     intra.traffic, inter.traffic = stats.traffic.under(INTRA), stats.traffic.under(INTER)
     assert grad.dense is not None
     if mode == "sparse":
-        rows = sparse_reduce_scatter(grad, intra)
+        limits = SparseBounds(announced, intra.world_size, inter.rank, grad.num_rows) if announced else None
+        rows = sparse_reduce_scatter(grad, intra, limits.pushed if limits else None)
         # the same on every node: shard sizes depend only on the (checked) shape
         empty = not rows.num_rows
-        sparse_all_gather(rows.rows() if empty else _sync_shard_rows(scheme, rows, inter, stats), intra, out)
+        if not empty and limits is not None:
+            inter.announce(rows, limits.node_rows())
+        sparse_all_gather(rows.rows() if empty else _sync_shard_rows(scheme, rows, inter, stats), intra, out,
+                          limits.shard if limits else None)
     else:
         bounds = shard_bounds(grad.num_rows, intra.world_size)
         shard = reduce_scatter(grad, bounds, intra)
@@ -321,17 +327,41 @@ def all_gather(shard: torch.Tensor, bounds: list[int], intra: Communicator, out:
         out[bounds[j] : bounds[j + 1]].copy_(values)
 
 
-def sparse_all_gather(result: RowSet, intra: Communicator, out: DenseOutput) -> None:
+@dataclass(frozen=True)
+class SparseBounds:
+    """What the flat input check's row counts (every rank's, `announced`) bound in sparse node steps, for a rank
+    on node `node` of nodes of k consecutive ranks: a local rank's push in the reduce-scatter (all its rows), a
+    node's shard rows across nodes (all its ranks' rows), and a shard's result (its rows, and all rows)."""
+
+    announced: list[int]
+    k: int
+    node: int
+    num_rows: int
+
+    def pushed(self, local: int) -> list[int]:
+        return [self.announced[self.node * self.k + local]] * 2
+
+    def node_rows(self) -> list[int]:
+        return [sum(self.announced[q * self.k : (q + 1) * self.k]) for q in range(len(self.announced) // self.k)]
+
+    def shard(self, local: int) -> list[int]:
+        return [min(interleaved_rows(self.num_rows, self.k, local), sum(self.announced))] * 2
+
+
+def sparse_all_gather(result: RowSet, intra: Communicator, out: DenseOutput,
+                      bound: Callable[[int], list[int]] | None = None) -> None:
     """Every interleaved shard's result rows (int32 ids within the shard, and their undivided sums) from its
     local rank, written into `out` as disjoint row sets (rows id * k + j): one streaming pass that divides
-    on the way (`DenseOutput.write_shards`), the same bits on every rank."""
+    on the way (`DenseOutput.write_shards`), the same bits on every rank. `bound(j)`: local rank j's most rows."""
     ids, values = result
-    out.write_shards(intra.all_gather_v((ids.to(torch.int32), values), phase="all_gather"))
+    out.write_shards(intra.all_gather_v((ids.to(torch.int32), values), phase="all_gather", bound=bound))
 
 
-def sparse_reduce_scatter(grad: LocalGrad, intra: Communicator) -> LocalGrad:
+def sparse_reduce_scatter(grad: LocalGrad, intra: Communicator,
+                          bound: Callable[[int], list[int]] | None = None) -> LocalGrad:
     """This rank's interleaved shard summed over its node, as rows: local rank j gets each rank's non-zero
-    rows of shard j (int32 ids within the shard) and merges them in local-rank order."""
+    rows of shard j (int32 ids within the shard) and merges them in local-rank order. `bound(i)`: local rank
+    i's most rows to one shard."""
     ids, values = grad.rows()
     k, j = intra.world_size, intra.rank
     wire = ids.to(torch.int32) if grad.num_rows < 2**31 else ids
@@ -345,7 +375,7 @@ def sparse_reduce_scatter(grad: LocalGrad, intra: Communicator) -> LocalGrad:
         for shard in range(k):
             mine = (owner == shard).nonzero().view(-1)
             messages.append((local.index_select(0, mine).to(torch.int32), values.index_select(0, mine)))
-    parts = intra.all_to_all_v(messages, phase="reduce_scatter")
+    parts = intra.all_to_all_v(messages, phase="reduce_scatter", bound=bound)
     shard_ids, shard_values = union_rows(parts, values, grad.row_width)
     return LocalGrad(interleaved_rows(grad.num_rows, k, j), grad.row_width, grad.dtype, grad.device,
                      indices=shard_ids.long(), values=shard_values)
