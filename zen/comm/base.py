@@ -233,9 +233,10 @@ class Communicator(ABC):
         self._announced.clear()
 
     def announce(self, grad: object, rows: Sequence[int]) -> None:
-        """Every rank's row count of `grad` (its `rows()`), as this call's input check all-gathered them: what a
-        scheme may bound its messages by (`announced`). Forgotten when the next call begins; held weakly, so the
-        communicator keeps no caller's tensor alive between calls."""
+        """Every rank's row count of `grad` (its `rows()`) as this call's input check all-gathered them, or an upper
+        bound on each (two-level sync's shards, zen.twolevel): what a scheme may bound its messages by (`announced`).
+        Forgotten when the next call begins; held weakly, so the communicator keeps no caller's tensor alive between
+        calls."""
         self._announced[id(grad)] = (weakref.ref(grad), [int(c) for c in rows])
 
     def announced(self, grad: object) -> list[int] | None:
