@@ -322,6 +322,21 @@ class Communicator(ABC):
             raise ZenInputError(f"zen: {where}: ranks {ranks} send different dtypes or row shapes in call "
                                 f"{calls[0]}")
 
+    def _stamp(self, template: Message) -> list[int]:
+        """A message header's first slots: this call's number and code, and the message's layout."""
+        return [self.call, self._code, layout_code(template)]
+
+    def _header_rows(self, row: list[int], like: Message, source: int, phase: str) -> list[int]:
+        """The row counts in rank `source`'s message header `row`, once its call, code and layout agree with ours."""
+        self._agree([self._stamp(like), row[:3]], [self.rank, source], f"exchange in phase '{phase}'", fatal=True)
+        return row[3 : 3 + len(like)]
+
+    def _same_layouts(self, layouts: set[int], phase: str) -> None:
+        """Raise, on every rank that sees the same layouts, unless every rank's all_gather_v message has one."""
+        if len(layouts) > 1:
+            raise ZenInputError(f"zen: rank {self.rank}/{self.world_size}: all_gather_v in phase '{phase}': ranks "
+                                f"send different dtypes or row shapes in call {self.call}")
+
     # ---- counted collectives -----------------------------------------------------------------
     def _agree_size(self, tensor: torch.Tensor) -> None:
         """Unless the call's sizes are agreed: all ranks show each other the tensor's size and dtype first
@@ -496,7 +511,7 @@ class Communicator(ABC):
             _check_template(m)
         head = torch.zeros((P, HEAD_SLOTS), dtype=torch.int64)
         for j, m in sends.items():
-            head[j, :3] = torch.tensor([self.call, self._code, layout_code(m)])
+            head[j, :3] = torch.tensor(self._stamp(m))
             if not isinstance(counts, torch.Tensor):
                 head[j, 3 : 3 + len(m)] = torch.tensor(counts[j], dtype=torch.int64)
         head = head.to(self.device)
@@ -527,10 +542,7 @@ class Communicator(ABC):
         sources = [j for j in range(P) if j in recvs]
         received: dict[int, list[int]] = {}
         for i, j in enumerate(sources):
-            row, like = flat[i * HEAD_SLOTS : (i + 1) * HEAD_SLOTS], recvs[j]
-            self._agree([[self.call, self._code, layout_code(like)], row[:3]], [r, j],
-                        f"exchange in phase '{phase}'", fatal=True)
-            received[j] = row[3 : 3 + len(like)]
+            received[j] = self._header_rows(flat[i * HEAD_SLOTS : (i + 1) * HEAD_SLOTS], recvs[j], j, phase)
         messages = payload(mine)
         sizes_out = [0] * P
         for j, m in zip(sorted(sends), messages, strict=True):
@@ -561,7 +573,7 @@ class Communicator(ABC):
             if any(c > b for c, b in zip(rows, ours, strict=True)):
                 raise ValueError(f"rank {r}: a message of {rows} rows to rank {j} exceeds its bound {ours}")
             head = torch.zeros(HEAD_SLOTS, dtype=torch.int64)
-            head[:3 + len(m)] = torch.tensor([self.call, self._code, layout_code(m), *rows])
+            head[: 3 + len(m)] = torch.tensor([*self._stamp(m), *rows])
             messages.append((head, *m))
             sizes_out[j] = HEAD_BYTES + message_bytes(rows, row_bytes(m))
         limits = {j: [int(b) for b in bound(j)] for j in recvs}
@@ -575,10 +587,8 @@ class Communicator(ABC):
         flat = self.host(torch.cat(heads)) if heads else []
         out, received = {}, 0
         for i, j in enumerate(sources):
-            row, like = flat[i * HEAD_SLOTS : (i + 1) * HEAD_SLOTS], recvs[j]
-            self._agree([[self.call, self._code, layout_code(like)], row[:3]], [r, j],
-                        f"exchange in phase '{phase}'", fatal=True)
-            rows, start = row[3 : 3 + len(like)], starts[j] + HEAD_BYTES
+            like, start = recvs[j], starts[j] + HEAD_BYTES
+            rows = self._header_rows(flat[i * HEAD_SLOTS : (i + 1) * HEAD_SLOTS], like, j, phase)
             nbytes = message_bytes(rows, row_bytes(like))
             out[j] = unpack(got[start : start + nbytes], rows, like)
             received += nbytes
@@ -607,9 +617,7 @@ class Communicator(ABC):
             return self._bounded_gather(message, phase, bound)
         counts = [int(t.shape[0]) for t in message]
         table = self.all_gather_fixed([layout_code(message), *counts])
-        if len({row[0] for row in table}) > 1:
-            raise ZenInputError(f"zen: rank {r}/{P}: all_gather_v in phase '{phase}': ranks send different "
-                                f"dtypes or row shapes in call {self.call}")
+        self._same_layouts({row[0] for row in table}, phase)
         widths = row_bytes(message)
         sizes = [message_bytes(row[1:], widths) for row in table]
         buf = pack([message], self._wire_device(), self.pool)
@@ -638,9 +646,7 @@ class Communicator(ABC):
         rows = self.host(torch.cat([got[j][:FIXED_BYTES].view(torch.int64) for j in range(P)]))
         rows = [rows[j * FIXED_SLOTS : (j + 1) * FIXED_SLOTS] for j in range(P)]
         self._agree([row[:3] for row in rows], list(range(P)), f"all_gather_v in phase '{phase}'")
-        if len({row[3] for row in rows}) > 1:
-            raise ZenInputError(f"zen: rank {r}/{P}: all_gather_v in phase '{phase}': ranks send different "
-                                f"dtypes or row shapes in call {self.call}")
+        self._same_layouts({row[3] for row in rows}, phase)
         out, received = [], 0
         for j in range(P):
             got_rows = rows[j][4 : 4 + len(message)]
