@@ -351,8 +351,9 @@ def _sorted_rows(n: int, top: int, width: int, dtype: torch.dtype, index_dtype: 
 @pytest.mark.parametrize("width", [1, 3])
 def test_merge_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, index_dtype: torch.dtype,
                                       width: int) -> None:
-    """HC's union step: native lanes == torch.unique + adds, bit for bit, on overlapping, disjoint, empty,
-    identical and one-sided inputs (every lane boundary case: fewer rows than lanes, ids 0 and top - 1)."""
+    """HC's union step: native lanes (and the vector merge of int32 ids and float32 values) == torch.unique +
+    adds, bit for bit, on overlapping, disjoint, empty, identical and one-sided inputs (every lane boundary case:
+    fewer rows than lanes, ids 0 and top - 1)."""
     from zen.rows import merge_rows
 
     g = torch.Generator().manual_seed(width * 31 + VALUE_DTYPES.index(dtype))
@@ -363,6 +364,14 @@ def test_merge_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, index
     cases.append((same, (same[0], same[1].flip(0))))
     cases.append(((torch.tensor([0, top - 1], dtype=index_dtype), same[1][:2]),
                   (torch.tensor([0, 1, top - 1], dtype=index_dtype), same[1][:3])))
+    # the vector merge's cases: inputs taking turns row by row, one wholly below the other, twins on every
+    # 16-row block's edges (an id's two rows leave the network in two blocks)
+    ids = torch.arange(2 * top, dtype=index_dtype)
+    values = (torch.randn(2 * top, width, generator=g) + 0.25).to(dtype)
+    cases.append(((ids[0::2], values[0::2]), (ids[1::2], values[1::2])))
+    cases.append(((ids[:700], values[:700]), (ids[700:1500], values[700:1500])))
+    cases.append(((ids[:1000], values[:1000]), (ids[15:1000:16], values[15:1000:16])))
+    cases.append(((ids[16:3000:16], values[16:3000:16]), (ids[:3000:3], values[:3000:3])))
     for a, b in cases:
         fast = merge_rows(a, b)
         with native.disabled():

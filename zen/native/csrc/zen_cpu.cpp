@@ -797,6 +797,119 @@ void merge_flat(MergeLane<Idx, V>* lanes) {
   }
 }
 
+#if defined(__AVX512F__)
+// The merge of int32 ids with one float32 each (HC's flat gradients), 16 rows a step: the 16 smallest rows not
+// yet written are the lower half of a bitonic merge of the block carried from the step before with the next
+// block of whichever input's next id is smaller (Batcher's network on two registers, ids and values moved
+// together): no compare per row decides what comes next. 0.48 ms for 2 x 167k random rows of 2^24 on one thread
+// here, against 0.83 for the scalar lanes. An id in both inputs leaves the network as two neighbours (in
+// one block or across two); their values are added (a + b and b + a are the same float) and one row is written.
+// Exhausted inputs feed kMergeEnd, which no id may equal (the caller checks), and such lanes are never written.
+constexpr int32_t kMergeEnd = INT32_MAX;
+
+struct MergeBlock {
+  __m512i id;
+  __m512 value;
+};
+
+// Lanes i and i ^ d compared; the lower lane keeps the smaller id, the upper the larger (ties keep their own).
+inline MergeBlock merge_level(MergeBlock x, __m512i partner_lane, __mmask16 upper) {
+  const __m512i id = _mm512_permutexvar_epi32(partner_lane, x.id);
+  const __m512 value = _mm512_permutexvar_ps(partner_lane, x.value);
+  const __mmask16 take = _mm512_mask_cmplt_epi32_mask(static_cast<__mmask16>(~upper), id, x.id) |
+                         _mm512_mask_cmpgt_epi32_mask(upper, id, x.id);
+  return {_mm512_mask_mov_epi32(x.id, take, id), _mm512_mask_mov_ps(x.value, take, value)};
+}
+
+// A bitonic block of 16 sorted ascending.
+inline MergeBlock sort_bitonic(MergeBlock x) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (int d = 8; d >= 1; d >>= 1) {
+    const __mmask16 upper = _mm512_test_epi32_mask(lane, _mm512_set1_epi32(d));
+    x = merge_level(x, _mm512_xor_si512(lane, _mm512_set1_epi32(d)), upper);
+  }
+  return x;
+}
+
+// Two ascending blocks -> (their 16 smallest, their 16 largest), each ascending.
+inline void merge_blocks(MergeBlock a, MergeBlock b, MergeBlock& low, MergeBlock& high) {
+  const __m512i reverse = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  b = {_mm512_permutexvar_epi32(reverse, b.id), _mm512_permutexvar_ps(reverse, b.value)};
+  const __mmask16 a_low = _mm512_cmple_epi32_mask(a.id, b.id);
+  low = sort_bitonic({_mm512_mask_mov_epi32(b.id, a_low, a.id), _mm512_mask_mov_ps(b.value, a_low, a.value)});
+  high = sort_bitonic({_mm512_mask_mov_epi32(a.id, a_low, b.id), _mm512_mask_mov_ps(a.value, a_low, b.value)});
+}
+
+// The next block of rows [at, n) of one input, kMergeEnd past its end.
+inline MergeBlock load_block(const int32_t* id, const float* value, int64_t at, int64_t n) {
+  const int64_t left = n - at;
+  const auto mask = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << (left > 0 ? left : 0)) - 1);
+  return {_mm512_mask_loadu_epi32(_mm512_set1_epi32(kMergeEnd), mask, id + at),
+          _mm512_mask_loadu_ps(_mm512_setzero_ps(), mask, value + at)};
+}
+
+// Writes a block's rows after the n written so far (of `room` at io / vo). `last`: the last id written, in every
+// lane (kMergeEnd before any): a first id equal to it (its twin ended the block before) adds its value there; an
+// id equal to its right neighbour takes that neighbour's value into its own.
+inline void write_block(MergeBlock x, int32_t* io, float* vo, int64_t& n, int64_t room, __m512i& last) {
+  const __m512i next_lane = _mm512_set_epi32(15, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+  const __mmask16 real = _mm512_cmpneq_epi32_mask(x.id, _mm512_set1_epi32(kMergeEnd));
+  const __mmask16 twin = _mm512_mask_cmpeq_epi32_mask(real & 0x7FFF, x.id, _mm512_permutexvar_epi32(next_lane, x.id));
+  const __m512 value = _mm512_mask_add_ps(x.value, twin, x.value, _mm512_permutexvar_ps(next_lane, x.value));
+  __mmask16 keep = real & static_cast<__mmask16>(~(twin << 1));
+  if (_mm512_mask_cmpeq_epi32_mask(keep & 1, x.id, last)) {
+    vo[n - 1] += _mm512_cvtss_f32(value);
+    keep &= 0xFFFE;
+  }
+  // compressed in registers, then stored whole where the room allows (a compressing store to memory is
+  // microcoded on some CPUs, Zen 4 among them: 3x slower here); lanes past the kept ones are overwritten later
+  const int kept_rows = __builtin_popcount(keep);
+  const __m512i id = _mm512_maskz_compress_epi32(keep, x.id);
+  const __m512 kept = _mm512_maskz_compress_ps(keep, value);
+  if (n + 16 <= room) {
+    _mm512_storeu_si512(io + n, id);
+    _mm512_storeu_ps(vo + n, kept);
+  } else {
+    const auto first = static_cast<__mmask16>((1u << kept_rows) - 1);
+    _mm512_mask_storeu_epi32(io + n, first, id);
+    _mm512_mask_storeu_ps(vo + n, first, kept);
+  }
+  if (kept_rows) last = _mm512_permutexvar_epi32(_mm512_set1_epi32(kept_rows - 1), id);
+  n += kept_rows;
+}
+
+// Whether ids [0, n) ascend strictly and stay below kMergeEnd.
+inline bool strictly_ascending(const int32_t* id, int64_t n) {
+  __mmask16 bad = 0;
+  int64_t i = 0;
+  for (; i + 17 <= n; i += 16)
+    bad |= _mm512_cmpge_epi32_mask(_mm512_loadu_si512(id + i), _mm512_loadu_si512(id + i + 1));
+  for (; i + 1 < n; ++i) bad |= id[i] >= id[i + 1];
+  return !bad && (n == 0 || id[n - 1] != kMergeEnd);
+}
+
+// The union of a[0, na) and b[0, nb) into io / vo; returns its rows.
+int64_t merge_flat_simd(const int32_t* ia, const float* va, int64_t na, const int32_t* ib, const float* vb, int64_t nb,
+                        int32_t* io, float* vo) {
+  const int32_t end = kMergeEnd;
+  int64_t at_a = 16, at_b = 16, n = 0;
+  __m512i last = _mm512_set1_epi32(kMergeEnd);
+  MergeBlock carried = load_block(ia, va, 0, na), low;
+  MergeBlock incoming = load_block(ib, vb, 0, nb);
+  for (;;) {
+    merge_blocks(carried, incoming, low, carried);
+    write_block(low, io, vo, n, na + nb, last);
+    if (at_a >= na && at_b >= nb) break;
+    const int32_t next_a = *(at_a < na ? ia + at_a : &end), next_b = *(at_b < nb ? ib + at_b : &end);
+    const int64_t take_a = next_a <= next_b;  // which input, without a branch mispredicted half the time
+    incoming = load_block(take_a ? ia : ib, take_a ? va : vb, take_a ? at_a : at_b, take_a ? na : nb);
+    at_a += 16 * take_a, at_b += 16 * (1 - take_a);
+  }
+  write_block(carried, io, vo, n, na + nb, last);
+  return n;
+}
+#endif
+
 // `room_idx` / `room_val` (optional, both or neither): where to write the union, at least na + nb rows of the
 // inputs' dtypes and width, contiguous (a caller's reused buffer: no fresh pages); views of them are returned.
 std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_val_in, const Tensor& b_idx_in,
@@ -824,6 +937,7 @@ std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_va
                 "zen native: merge_rows' room must be contiguous ids and values of the inputs' dtypes, width and "
                 "at least both inputs' rows");
   int64_t n = 0;
+  bool ordered = false;  // the inputs were checked ascending and distinct (so is the union)
   with_index<kDevice>(a_idx, [&](auto itag) {
     using Idx = decltype(itag);
     const Idx* ia = a_idx.data_ptr<Idx>();
@@ -833,6 +947,15 @@ std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_va
       const scalar_t* va = a_val.data_ptr<scalar_t>();
       const scalar_t* vb = b_val.data_ptr<scalar_t>();
       scalar_t* vo = val.data_ptr<scalar_t>();
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<Idx, int32_t> && std::is_same_v<scalar_t, float>) {
+        if (D == 1 && strictly_ascending(ia, na) && strictly_ascending(ib, nb)) {
+          n = merge_flat_simd(ia, va, na, ib, vb, nb, io, vo);
+          ordered = true;
+          return;
+        }
+      }
+#endif
       MergeLane<Idx, scalar_t> lanes[kLanes];
       int64_t first[kLanes];  // lane l writes from row first[l] = (rows of a and b before it)
       int64_t a_lo = 0, b_lo = 0;
@@ -853,7 +976,7 @@ std::tuple<Tensor, Tensor> merge_rows(const Tensor& a_idx_in, const Tensor& a_va
         n += rows;
       }
     });
-    for (int64_t k = 1; k < n; ++k)  // unsorted or repeated input ids would silently lose rows
+    for (int64_t k = 1; k < n && !ordered; ++k)  // unsorted or repeated input ids would silently lose rows
       TORCH_CHECK(io[k - 1] < io[k], "zen native: merge_rows ids must be ascending and distinct");
     return 0;
   });
