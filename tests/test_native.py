@@ -107,7 +107,7 @@ def test_partition_membership_matches_reference(ext: ModuleType, dtype: torch.dt
                 assert fast.serial > 0  # the overflow path really ran
 
 
-@pytest.mark.parametrize("n", [1, 3, 8])
+@pytest.mark.parametrize("n", [1, 3, 8, 16])
 def test_partition_rows_are_the_partitions_in_input_order(ext: ModuleType, n: int, threads: int) -> None:
     """BP's CPU push: the rows of each partition of Algorithm 1 (same counts and members), in input order,
     each id with its own row's bits (widths 1 and 3, every value dtype, int32 and int64 ids, narrowed where
@@ -239,13 +239,14 @@ def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: to
 def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, dtype: torch.dtype,
                                                               ascending: bool) -> None:
     """A server's one-pass aggregate + encode == the compact sum over sorted distinct ids, then encode_rows, bit
-    for bit: overlapping pushes in any order or each ascending (BP's CPU push), rows whose sums cancel to zero
-    (left out), -0.0 values, int32 and int64 ids, widths 1 and 3, 1 to 4 pushers; the sums and the payload lie
-    back to back; a row the server does not own and one outside the tensor are refused."""
+    for bit: overlapping pushes in any order or each ascending (BP's CPU push; int32 ids with one float32 each then
+    take the merging path), rows whose sums cancel to zero (left out), -0.0 values, int32 and int64 ids, widths 1
+    and 3, 1 to 5 pushes; the sums and the payload lie back to back; a row the server does not own and one outside
+    the tensor are refused."""
     from zen.algorithms.bp import compact_sum
 
     g = torch.Generator().manual_seed(23)
-    for M, n, D in ((1, 1, 1), (70, 2, 1), (5000, 3, 1), (4099, 4, 3)):
+    for M, n, D in ((1, 1, 1), (70, 2, 1), (5000, 3, 1), (6000, 4, 1), (4099, 4, 3)):
         members, offsets = hashing.server_rows(M, n, _family(), torch.device("cpu"))
         for r in range(n):
             mine = members[offsets[r] : offsets[r + 1]].long()
@@ -260,8 +261,8 @@ def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, d
                 values[0] = -0.0
                 received.append((take.int(), values))
             received.append((received[0][0], -received[0][1]))  # cancels the first push: those sums are zero
-            for index_dtype in (torch.int32, torch.int64):
-                pushed = [(i.to(index_dtype), v) for i, v in received]
+            for index_dtype, pushes in ((torch.int32, received), (torch.int64, received), (torch.int32, received[1:2])):
+                pushed = [(i.to(index_dtype), v) for i, v in pushes]
                 words = hashing.server_bits(M, n, _family(), torch.device("cpu"))[r]
                 (payload, values), count = HASH_BITMAP.aggregate(pushed, words, M)
                 rows, sums = compact_sum(pushed, D)
@@ -281,9 +282,10 @@ def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, d
     for pushed in ([other], [both]):
         with pytest.raises(RuntimeError, match="does not own"):
             ext.aggregate_hash_bitmap(pushed, [torch.ones(pushed[0].numel(), 1)], words, 100)
-    for pushed in ([torch.tensor([100])], [torch.tensor([0, 100] if ascending else [100, 0])]):
-        with pytest.raises(RuntimeError, match="outside"):
-            ext.aggregate_hash_bitmap(pushed, [torch.ones(pushed[0].numel(), 1)], words, 100)
+    for index_dtype in (torch.int64, torch.int32):
+        for ids in ([100], [0, 100] if ascending else [100, 0], [-1, 0]):
+            with pytest.raises(RuntimeError, match="outside"):
+                ext.aggregate_hash_bitmap([torch.tensor(ids, dtype=index_dtype)], [torch.ones(len(ids), 1)], words, 100)
 
 
 def test_decode_ignores_padding_bits(ext: ModuleType) -> None:

@@ -31,6 +31,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <span>
@@ -475,9 +476,91 @@ std::tuple<Tensor, Tensor, int64_t> hierarchical_hash(const Tensor& index_in, in
 // in input order inside a server, the ids narrowed to the wire's type and the values moved with them, in one
 // stable counting sort. The k probes of Algorithm 1 only order the rows inside a partition, which no server
 // reads: a few cores need no collision-free slots to write the partitions in parallel (the CUDA kernel does).
+#if defined(__AVX512F__)
+// zen::partition_of of 16 ids' low 32 bits at once, lane for lane (the multiply-shift's high half by 32-bit lane
+// pairs).
+inline __m512i partitions16(__m512i x, const Family& f, __m512i servers) {
+  __m512i h = _mm512_add_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int32_t>(f.a[0]))),
+                               _mm512_set1_epi32(static_cast<int32_t>(f.b[0])));
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int32_t>(0x85EBCA6Bu)));
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int32_t>(0xC2B2AE35u)));
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+  const __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(h, servers), 32);
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(h, 32), servers);  // high halves already in odd lanes
+  return _mm512_mask_mov_epi32(even, 0xAAAA, odd);
+}
+
+// Ids [i, i + 16) of idx below `end`, as 32-bit lanes (their low 32 bits), zero past the end.
+template <typename Idx>
+inline __m512i load_ids16(const Idx* idx, int64_t i, int64_t end) {
+  const int64_t left = end - i;
+  const auto mask = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+  if constexpr (sizeof(Idx) == 4) {
+    return _mm512_maskz_loadu_epi32(mask, idx + i);
+  } else {
+    const __m256i lo = _mm512_cvtepi64_epi32(_mm512_maskz_loadu_epi64(static_cast<__mmask8>(mask), idx + i));
+    const __m256i hi = _mm512_cvtepi64_epi32(_mm512_maskz_loadu_epi64(static_cast<__mmask8>(mask >> 8), idx + i + 8));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+}
+
+// group_rows for rows of one 32-bit value and int32 wire ids, up to 16 servers: 16 rows at a time, each
+// server's rows of the 16 compressed in registers and stored behind its cursor (a compressing store to memory is
+// microcoded on Zen 4), with no per-row dependency through the cursors (0.67 ms for 167k rows in 4 groups, 0.2
+// here). Histogram and placing both hash, where keeping the partitions would write and read 4 bytes a row.
+template <typename Idx>
+void group_rows_flat(const Idx* idx, const uint32_t* src, int32_t* ids, uint32_t* dst, int64_t nnz, int64_t n,
+                     const Family& f, std::vector<int64_t>& offsets) {
+  const Chunks chunks(nnz, kGrain / 4);
+  const __m512i servers = _mm512_set1_epi64(n);
+  std::vector<int64_t> hist(chunks.count * n, 0);
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    int64_t* h = hist.data() + c * n;
+    for (int64_t i = lo; i < hi; i += 16) {
+      const int64_t left = hi - i;
+      const auto valid = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+      const __m512i part = partitions16(load_ids16(idx, i, hi), f, servers);
+      for (int64_t j = 0; j < n; ++j)
+        h[j] += __builtin_popcount(_mm512_mask_cmpeq_epi32_mask(valid, part, _mm512_set1_epi32(static_cast<int32_t>(j))));
+    }
+  });
+  std::vector<int64_t> cursor = chunk_cursors(hist, chunks.count, n, offsets);
+  chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
+    int64_t* cur = cursor.data() + c * n;
+    for (int64_t i = lo; i < hi; i += 16) {
+      const int64_t left = hi - i;
+      const auto valid = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+      const __m512i id = load_ids16(idx, i, hi);
+      const __m512i value = _mm512_maskz_loadu_epi32(valid, src + i);
+      const __m512i part = partitions16(id, f, servers);
+      for (int64_t j = 0; j < n; ++j) {
+        const __mmask16 mine = _mm512_mask_cmpeq_epi32_mask(valid, part, _mm512_set1_epi32(static_cast<int32_t>(j)));
+        if (!mine) continue;
+        const int k = __builtin_popcount(mine);
+        const auto first = static_cast<__mmask16>((1u << k) - 1);
+        _mm512_mask_storeu_epi32(ids + cur[j], first, _mm512_maskz_compress_epi32(mine, id));
+        _mm512_mask_storeu_epi32(dst + cur[j], first, _mm512_maskz_compress_epi32(mine, value));
+        cur[j] += k;
+      }
+    }
+  });
+}
+#endif
+
 template <typename Idx, typename Out, typename Bits>
 void group_rows(const Idx* idx, const Bits* src, Out* ids, Bits* dst, int64_t nnz, int64_t D, int64_t n,
                 const Family& f, std::vector<int64_t>& offsets) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<Out, int32_t> && sizeof(Bits) == 4) {
+    if (D == 1 && n <= 16) {
+      group_rows_flat(idx, reinterpret_cast<const uint32_t*>(src), ids, reinterpret_cast<uint32_t*>(dst), nnz, n, f,
+                      offsets);
+      return;
+    }
+  }
+#endif
   const Chunks chunks(nnz, kGrain / 4);
   std::vector<uint32_t> part(nnz);
   const std::vector<int64_t> hist = partition_histogram(idx, chunks, n, f, part);
@@ -1647,6 +1730,63 @@ void fill_hash_bitmap(Tensor& out, const std::vector<Tensor>& payloads_in, const
     }
 }
 
+#if defined(__AVX512F__)
+// aggregate_hash_bitmap where every push is int32 ids, ascending, with one float32 each (BP's CPU push: the
+// extraction's order, kept by partition_rows): the pushes merged one after another in rank order (the vector
+// merge), so each sum is added in the same order as onto zero, and the union comes out ascending, which is its
+// rows' order in S_r: the sums are the message's values as they lie, each row's bit set in one pass. Nothing is
+// bucketed, scattered or summed out of place (0.9 ms for 4 pushes of 42k rows here, against 1.8). nullopt where a
+// push is not of that form.
+std::optional<std::tuple<Tensor, Tensor>> aggregate_merged(const std::vector<Tensor>& ids, const std::vector<Tensor>& values,
+                                                          const uint64_t* words, const int64_t* below, int64_t num_rows,
+                                                          int64_t L, int64_t total) {
+  if (ids[0].scalar_type() != at::kInt || values[0].scalar_type() != at::kFloat || values[0].size(1) != 1 || total == 0)
+    return std::nullopt;
+  for (const Tensor& t : ids)
+    if (!strictly_ascending(t.data_ptr<int32_t>(), t.numel())) return std::nullopt;
+  const int64_t payload_bytes = (L + 7) / 8;
+  // sums first, the payload right behind the kept ones: the message goes out as it lies (`pack`)
+  Tensor wire = at::empty({total * 4 + payload_bytes}, at::TensorOptions().dtype(at::kByte));
+  auto* sums = reinterpret_cast<float*>(wire.data_ptr<uint8_t>());
+  std::unique_ptr<int32_t[]> id_room[2] = {std::unique_ptr<int32_t[]>(new int32_t[total]),
+                                           std::unique_ptr<int32_t[]>(new int32_t[total])};
+  const int64_t between = ids.size() > 2 ? total : 1;  // merges before the last write here
+  std::unique_ptr<float[]> value_room[2] = {std::unique_ptr<float[]>(new float[between]),
+                                            std::unique_ptr<float[]>(new float[between])};
+  const int32_t* id = ids[0].data_ptr<int32_t>();
+  const float* value = values[0].data_ptr<float>();
+  int64_t count = ids[0].numel();
+  for (size_t s = 1; s < std::max<size_t>(2, ids.size()); ++s) {  // the last merge writes into the message
+    const bool last = s + 1 >= ids.size();
+    int32_t* io = id_room[s % 2].get();
+    float* vo = last ? sums : value_room[s % 2].get();
+    if (s < ids.size()) count = merge_flat_simd(id, value, count, ids[s].data_ptr<int32_t>(), values[s].data_ptr<float>(),
+                                                ids[s].numel(), io, vo);
+    else count = merge_flat_simd(id, value, count, id, value, 0, io, vo);  // one push: copied into place
+    id = io, value = vo;
+  }
+  TORCH_CHECK(count == 0 || (id[0] >= 0 && id[count - 1] < num_rows), "zen native: row id ",
+              count && id[0] < 0 ? id[0] : id[count - 1], " outside [0, ", num_rows, ")");
+  std::vector<uint64_t> bitmap((L + 63) / 64, 0);
+  int64_t kept = 0;  // sums that cancelled to exactly zero are not sent: no bit, their row closed up
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t row = id[i];
+    const uint64_t word = words[row >> 6], bit = uint64_t{1} << (row & 63);
+    TORCH_CHECK(word & bit, "zen native: row ", row, " was pushed to a server that does not own it");
+    uint32_t magnitude;
+    std::memcpy(&magnitude, &sums[i], 4);
+    if (!(magnitude & 0x7FFFFFFFu)) continue;
+    const int64_t at = below[row >> 6] + __builtin_popcountll(word & (bit - 1));
+    bitmap[at >> 6] |= uint64_t{1} << (at & 63);
+    sums[kept++] = sums[i];
+  }
+  wire = wire.narrow(0, 0, kept * 4 + payload_bytes);
+  Tensor payload = wire.narrow(0, kept * 4, payload_bytes);
+  std::memcpy(payload.data_ptr<uint8_t>(), bitmap.data(), payload_bytes);  // little-endian words
+  return std::make_tuple(payload, wire.narrow(0, 0, kept * 4).view(at::kFloat).view({kept, 1}));
+}
+#endif
+
 // A BP server's aggregate, encoded (Algorithm 2) straight from what the ranks pushed to it: the rows of S_r
 // are given as membership words (bit b of words[w] set iff row 64w + b is in S_r), so a row's bit in the
 // hash bitmap is its rank among S_r's members, counted per word. Two passes over the pushed rows: the first
@@ -1680,6 +1820,9 @@ std::tuple<Tensor, Tensor> aggregate_hash_bitmap(const std::vector<Tensor>& ids_
   below[0] = 0;
   for (int64_t w = 0; w < W; ++w) below[w + 1] = below[w] + __builtin_popcountll(words[w]);
   const int64_t L = below[W], PW = (L + 63) / 64;
+#if defined(__AVX512F__)
+  if (auto merged = aggregate_merged(ids, values, words, below.get(), num_rows, L, total)) return *merged;
+#endif
   // The pushed rows in the order of their bucket of 2^14 rows, stable (message order kept within a bucket):
   // the lookups in words and below, the bits set and the adds then stay within a few KB at a time, where
   // the pushes' own order (hash slots) would miss the cache at every row.
