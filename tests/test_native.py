@@ -234,6 +234,33 @@ def test_fill_hash_bitmap_equals_decode_then_fill_sum(ext: ModuleType, dtype: to
                              bits, 1)
 
 
+def test_fill_hash_bitmap_reads_words_of_skewed_membership(ext: ModuleType) -> None:
+    """The pull's unchecked blocks read a word's payload bits from any bit of a byte: where a server owns 58 to 64 of
+    a word's rows, they span 9 bytes. Membership words made up for it (two servers taking turns at owning almost
+    all of a word, 200 words), against decode-then-fill_sum."""
+    g = torch.Generator().manual_seed(41)
+    W = 200
+    M = 64 * W
+    owned = torch.rand(W, 64, generator=g) < torch.where(torch.arange(W) % 2 == 0, 0.95, 0.05).view(W, 1)
+    owned[:, 0] = torch.arange(W) % 3 == 0  # shifts the cursors off byte boundaries
+    masks = [owned, ~owned]
+    words = torch.stack([(m.long() << torch.arange(64)).sum(1) for m in masks])  # bit b of word w: row 64 w + b
+    for density in (0.3, 1.0):
+        messages, sets = [], []
+        for m in masks:
+            members = torch.nonzero(m.reshape(-1)).view(-1)
+            keep = torch.rand(members.numel(), generator=g) < density
+            payload = torch.zeros(-(-members.numel() // 8) * 8, dtype=torch.bool)
+            payload[: members.numel()] = keep
+            bytes_ = (payload.view(-1, 8).long() << torch.arange(8)).sum(1).to(torch.uint8)
+            values = torch.randn(int(keep.sum()), 1, generator=g)
+            messages.append((bytes_, values))
+            sets.append((members[keep].int(), values))
+        want, got = torch.empty(M, 1), torch.empty(M, 1)
+        assert native.fill_sum(want, sets, 1) and native.fill_hash_bitmap(got, messages, words, 1)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), density
+
+
 @pytest.mark.parametrize("dtype", VALUE_DTYPES)
 @pytest.mark.parametrize("ascending", [False, True], ids=["any-order", "ascending"])
 def test_aggregate_hash_bitmap_equals_compact_sum_then_encode(ext: ModuleType, dtype: torch.dtype,
