@@ -473,6 +473,11 @@ std::tuple<Tensor, Tensor, int64_t> hierarchical_hash(const Tensor& index_in, in
 }
 
 #if defined(__AVX512F__)
+// The first `left` of 16 lanes (all 16 from 16 on, none from 0 down): a block's rows before an array's end.
+inline __mmask16 first_lanes(int64_t left) {
+  return static_cast<__mmask16>(left >= 16 ? 0xFFFF : left > 0 ? (1u << left) - 1 : 0);
+}
+
 // zen::partition_of of 16 ids' low 32 bits at once, lane for lane (the multiply-shift's high half by 32-bit lane
 // pairs).
 inline __m512i partitions16(__m512i x, const Family& f, __m512i servers) {
@@ -491,8 +496,7 @@ inline __m512i partitions16(__m512i x, const Family& f, __m512i servers) {
 // Ids [i, i + 16) of idx below `end`, as 32-bit lanes (their low 32 bits), zero past the end.
 template <typename Idx>
 inline __m512i load_ids16(const Idx* idx, int64_t i, int64_t end) {
-  const int64_t left = end - i;
-  const auto mask = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+  const __mmask16 mask = first_lanes(end - i);
   if constexpr (sizeof(Idx) == 4) {
     return _mm512_maskz_loadu_epi32(mask, idx + i);
   } else {
@@ -515,8 +519,7 @@ void group_rows_flat(const Idx* idx, const uint32_t* src, int32_t* ids, uint32_t
   chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
     int64_t* h = hist.data() + c * n;
     for (int64_t i = lo; i < hi; i += 16) {
-      const int64_t left = hi - i;
-      const auto valid = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+      const __mmask16 valid = first_lanes(hi - i);
       const __m512i part = partitions16(load_ids16(idx, i, hi), f, servers);
       for (int64_t j = 0; j < n; ++j)
         h[j] += __builtin_popcount(_mm512_mask_cmpeq_epi32_mask(valid, part, _mm512_set1_epi32(static_cast<int32_t>(j))));
@@ -526,8 +529,7 @@ void group_rows_flat(const Idx* idx, const uint32_t* src, int32_t* ids, uint32_t
   chunks.run([&](int64_t c, int64_t lo, int64_t hi) {
     int64_t* cur = cursor.data() + c * n;
     for (int64_t i = lo; i < hi; i += 16) {
-      const int64_t left = hi - i;
-      const auto valid = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+      const __mmask16 valid = first_lanes(hi - i);
       const __m512i id = load_ids16(idx, i, hi);
       const __m512i value = _mm512_maskz_loadu_epi32(valid, src + i);
       const __m512i part = partitions16(id, f, servers);
@@ -535,7 +537,7 @@ void group_rows_flat(const Idx* idx, const uint32_t* src, int32_t* ids, uint32_t
         const __mmask16 mine = _mm512_mask_cmpeq_epi32_mask(valid, part, _mm512_set1_epi32(static_cast<int32_t>(j)));
         if (!mine) continue;
         const int k = __builtin_popcount(mine);
-        const auto first = static_cast<__mmask16>((1u << k) - 1);
+        const __mmask16 first = first_lanes(k);
         _mm512_mask_storeu_epi32(ids + cur[j], first, _mm512_maskz_compress_epi32(mine, id));
         _mm512_mask_storeu_epi32(dst + cur[j], first, _mm512_maskz_compress_epi32(mine, value));
         cur[j] += k;
@@ -925,8 +927,7 @@ inline void merge_blocks(MergeBlock a, MergeBlock b, MergeBlock& low, MergeBlock
 
 // The next block of rows [at, n) of one input, kMergeEnd past its end.
 inline MergeBlock load_block(const int32_t* id, const float* value, int64_t at, int64_t n) {
-  const int64_t left = n - at;
-  const auto mask = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << (left > 0 ? left : 0)) - 1);
+  const __mmask16 mask = first_lanes(n - at);
   return {_mm512_mask_loadu_epi32(_mm512_set1_epi32(kMergeEnd), mask, id + at),
           _mm512_mask_loadu_ps(_mm512_setzero_ps(), mask, value + at)};
 }
@@ -953,7 +954,7 @@ inline void write_block(MergeBlock x, int32_t* io, float* vo, int64_t& n, int64_
     _mm512_storeu_si512(io + n, id);
     _mm512_storeu_ps(vo + n, kept);
   } else {
-    const auto first = static_cast<__mmask16>((1u << kept_rows) - 1);
+    const __mmask16 first = first_lanes(kept_rows);
     _mm512_mask_storeu_epi32(io + n, first, id);
     _mm512_mask_storeu_ps(vo + n, first, kept);
   }
@@ -1814,7 +1815,7 @@ std::optional<std::tuple<Tensor, Tensor>> aggregate_merged(const std::vector<Ten
     TORCH_CHECK(word & bit, "zen native: row ", row, " was pushed to a server that does not own it");
     uint32_t magnitude;
     std::memcpy(&magnitude, &sums[i], 4);
-    if (!(magnitude & 0x7FFFFFFFu)) continue;
+    if (!(magnitude & zen::magnitude_mask<uint32_t>())) continue;
     const int64_t at = below[row >> 6] + __builtin_popcountll(word & (bit - 1));
     bitmap[at >> 6] |= uint64_t{1} << (at & 63);
     sums[kept++] = sums[i];
