@@ -24,9 +24,13 @@ class AllGatherSparse:
     marker = "v"
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
+        """One all-gather; where the input check announced every rank's row count, its header rides in front
+        of the payload (one round, as Zen's exchanges do), else it is a fixed all-gather first."""
         index, values = grad.rows()
         stats.nnz = int(index.numel())
-        gathered = comm.all_gather_v((index.to(grad.index_dtype()), values), phase="gather")
+        announced = comm.announced(grad)
+        bound = None if announced is None else lambda j: [announced[j], announced[j]]
+        gathered = comm.all_gather_v((index.to(grad.index_dtype()), values), phase="gather", bound=bound)
         out.write(gathered)
 
     def closed_form(self, w: Sparsity) -> Prediction:
