@@ -93,6 +93,14 @@ def kept_results(scheme: str) -> bool:
     return torch.equal(first.coalesce().values(), kept)
 
 
+def _counted(move: Any, waits: list[int]) -> Any:
+    """`move` (a communicator's backend primitive), counting its calls in waits[0]."""
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        waits[0] += 1
+        return move(*args, **kwargs)
+    return counted
+
+
 def bounded_rounds() -> dict[str, Any]:
     """Bounded one-round exchanges (gloo takes a message shorter than its receive) against the two-round ones, on
     messages of different sizes per rank, some empty: the same messages arrive, the same bytes are counted, in
@@ -111,15 +119,8 @@ def bounded_rounds() -> dict[str, Any]:
         return [4, 4]
 
     waits = [0]  # the backend's collectives and point-to-point rounds, each a wait for the peers
-
-    def counting(move: Any) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            waits[0] += 1
-            return move(*args, **kwargs)
-        return counted
-
     for name in ("_all_to_all", "_all_gather", "_all_gather_bytes"):
-        setattr(comm, name, counting(getattr(comm, name)))
+        setattr(comm, name, _counted(getattr(comm, name), waits))
 
     def run(bounded: bool) -> tuple[list[Any], dict[str, dict[str, int]], int]:
         comm.short_receives = bounded
@@ -148,6 +149,47 @@ def bounded_rounds() -> dict[str, Any]:
     except ValueError as exc:
         refused = str(exc)
     return {"same": same, "bytes": one_bytes == two_bytes, "rounds": (two_rounds, one_rounds), "refused": refused}
+
+
+def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, Any]:
+    """Calls as DDP's hook makes them between its checks (sizes agreed, no input check): every rank's rows bounded
+    by the tensor's M, so exchanges take one round. Per scheme and case: the sum is the reference's and bit for bit
+    the checked call's, in fewer rounds than the same call without the bound (ROW_BOUND_BYTES 0)."""
+    from zen.comm.dist import DistComm
+    from zen.registry import make_scheme, scheme_config
+    from zen.sync import Part, SyncConfig, Synchronizer, synchronizer
+
+    comm = DistComm()
+    rank, P = comm.rank, comm.world_size
+    waits = [0]  # the backend's collectives and point-to-point rounds, each a wait for the peers
+    for name in ("_all_to_all", "_all_gather", "_all_gather_bytes"):
+        setattr(comm, name, _counted(getattr(comm, name), waits))
+
+    def call(syncer: Synchronizer, part: Part, check: bool, limit: int) -> tuple[torch.Tensor, int]:
+        synchronizer.ROW_BOUND_BYTES, kept, start = limit, synchronizer.ROW_BOUND_BYTES, waits[0]
+        try:
+            (outcome,) = syncer.run([part], check=check, sizes_agreed=True)
+        finally:
+            synchronizer.ROW_BOUND_BYTES = kept
+        return outcome.result, waits[0] - start
+
+    report: dict[str, Any] = {}
+    for case in cases:
+        tensors = [CASES[case](r, P, torch.float32) for r in range(P)]
+        total, magnitude = reference_sum(tensors)
+        part = Part(tensors[rank], key=case, out=torch.empty_like(tensors[rank]))
+        for scheme in schemes:
+            instance = make_scheme(scheme)
+            syncer = Synchronizer(SyncConfig(scheme=scheme_config(instance)), comm, None, instance=instance)
+            limit = synchronizer.ROW_BOUND_BYTES
+            for _ in range(3):  # the selector decides on its first calls
+                checked = call(syncer, part, True, limit)[0].clone()
+            bounded, one = call(syncer, part, False, limit)
+            bounded = bounded.clone()
+            headed, two = call(syncer, part, False, 0)
+            ok = matches_reference(bounded, total, magnitude, P)
+            report[f"{scheme}/{case}"] = (ok, torch.equal(bounded, checked) and torch.equal(bounded, headed), one, two)
+    return report
 
 
 def aligned_gather() -> list[bool]:

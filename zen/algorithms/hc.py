@@ -91,19 +91,20 @@ class HierarchicalCentralization:
         return merge_rows((a[0], a[1]), (b[0], b[1]), room)
 
     @staticmethod
-    def _reaches(fold: Fold, rows: list[int] | None) -> list[list[int] | None]:
+    def _reaches(fold: Fold, rows: list[int] | None, num_rows: int) -> list[list[int] | None]:
         """Before each round (the fold, every level, the unfold): the most rows each rank's union can hold, the
-        sum of the announced rows (`Communicator.announced`) of the ranks it covers; Nones without them."""
+        sum of the announced rows (`Communicator.announced`) of the ranks it covers, at most the tensor's
+        `num_rows`; Nones without them."""
         if rows is None:
             return [None] * (fold.levels + 2)
         cur, out = list(rows), [list(rows)]
         for sitter, holder in fold.pairs:
-            cur[holder] += cur[sitter]
+            cur[holder] = min(cur[holder] + cur[sitter], num_rows)
         for level in range(fold.levels):
             out.append(list(cur))
             grown = list(cur)
             for v, r in enumerate(fold.active):
-                grown[r] = cur[r] + cur[fold.peer(v, level)]
+                grown[r] = min(cur[r] + cur[fold.peer(v, level)], num_rows)
             cur = grown
         return [*out, cur]
 
@@ -112,7 +113,7 @@ class HierarchicalCentralization:
         stats.nnz = int(index.numel())
         idx_dtype = grad.index_dtype()
         fold, r, M = Fold(comm.world_size), comm.rank, grad.num_rows
-        reaches = self._reaches(fold, comm.announced(grad))
+        reaches = self._reaches(fold, comm.announced(grad), grad.num_rows)
         like = (index[:0].to(idx_dtype), values[:0])
         if grad.dense is None:  # sparse inputs may hold -0.0; send +0.0 like every sum
             values = values + 0.0
