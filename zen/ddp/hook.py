@@ -107,26 +107,26 @@ class ZenHookState:
     """The hook's settings (the fields users set), its step counter and last step's record; the runtime
     (lanes, router, compressor) lives in one private object.
 
-    `sparse_params`: the embeddings, as modules (every nn.Embedding / nn.EmbeddingBag inside, torchrec's
-    collections included) and/or parameters; their rows go through `scheme`, everything else through dense
-    allreduce. None: every bucket whole through `scheme`, flat. The cross-rank input check (one small
-    all-gather per bucket, a round trip) runs on the first two steps, around DDP's bucket rebuild, then every
-    `check_every` steps (0: no more), and on every step with `nonfinite="raise"`; `validate=False`: never.
-    DDP gives every rank the same buckets, so what it catches later is rare (a rank configured differently
-    from the start is caught at once). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
-    (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`:
-    buckets in flight at once on gloo (NCCL: one). `asynchronous=False` runs each bucket inside the hook call
-    (no overlap with backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign",
-    "qsgd") of `density` (and `compress_options`) for every dense part, and with `compress_rows` for the
-    embedding rows too (else those keep their natural sparsity); the result is the mean of what the ranks'
-    compressors chose, exactly, and each part's residual norm is in its stats (`extra["residual_norm"]`).
-    `ranks_per_node` > 1 (it must divide the world size; the default group only): the embedding rows take the
-    two-level path (zen.twolevel: dense inside each node of that many consecutive ranks, `scheme` across
-    nodes); dense parts, compressed parts and COO gradients stay flat over all ranks; `intra`: the node steps,
-    "auto" (the faster of dense and sparse, timed at each part size's first calls), "dense" or "sparse" (for a
-    node link not much faster than the uplink). `gloo_batch`: put gloo's event-loop
-    threads of the hook's groups under SCHED_BATCH (zen.comm.scheduling; it changes this process's threads,
-    so it is opt-in)."""
+    `sparse_params`: the embeddings, as modules (every nn.Embedding / nn.EmbeddingBag inside, torchrec's collections
+    included) and/or parameters; their rows go through `scheme`, everything else through dense allreduce. None:
+    every bucket whole through `scheme`, flat. The cross-rank input check (one small all-gather per bucket, a round
+    trip) runs on the first two steps, around DDP's bucket rebuild, then every `check_every` steps (0: no more), and
+    on every step with `nonfinite="raise"`; `validate=False`: never. DDP gives every rank the same buckets, so what
+    it catches later is rare (a rank configured differently from the start is caught at once); between checks a
+    bucket's messages are bounded by its rows, so gloo exchanges still take one round
+    (zen.sync.synchronizer.row_bound). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
+    (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`: buckets in
+    flight at once on gloo (NCCL: one). `asynchronous=False` runs each bucket inside the hook call (no overlap with
+    backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign", "qsgd") of `density`
+    (and `compress_options`) for every dense part, and with `compress_rows` for the embedding rows too (else those
+    keep their natural sparsity); the result is the mean of what the ranks' compressors chose, exactly, and each
+    part's residual norm is in its stats (`extra["residual_norm"]`). `ranks_per_node` > 1 (it must divide the world
+    size; the default group only): the embedding rows take the two-level path (zen.twolevel: dense inside each node
+    of that many consecutive ranks, `scheme` across nodes); dense parts, compressed parts and COO gradients stay
+    flat over all ranks; `intra`: the node steps, "auto" (the faster of dense and sparse, timed at each part size's
+    first calls), "dense" or "sparse" (for a node link not much faster than the uplink). `gloo_batch`: put gloo's
+    event-loop threads of the hook's groups under SCHED_BATCH (zen.comm.scheduling; it changes this process's
+    threads, so it is opt-in)."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
