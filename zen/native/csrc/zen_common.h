@@ -31,11 +31,15 @@ struct Family {
   int levels;  // k + 1
 };
 
+// MurmurHash3's 32-bit finalizer multipliers (fmix32; the CPU's 16-lane form in zen_cpu.cpp uses them too).
+constexpr uint32_t kFmixMul1 = 0x85EBCA6Bu;
+constexpr uint32_t kFmixMul2 = 0xC2B2AE35u;
+
 ZEN_HD uint32_t fmix32(uint32_t h) {
   h ^= h >> 16;
-  h *= 0x85EBCA6Bu;
+  h *= kFmixMul1;
   h ^= h >> 13;
-  h *= 0xC2B2AE35u;
+  h *= kFmixMul2;
   h ^= h >> 16;
   return h;
 }

@@ -484,9 +484,9 @@ inline __m512i partitions16(__m512i x, const Family& f, __m512i servers) {
   __m512i h = _mm512_add_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int32_t>(f.a[0]))),
                                _mm512_set1_epi32(static_cast<int32_t>(f.b[0])));
   h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int32_t>(0x85EBCA6Bu)));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int32_t>(zen::kFmixMul1)));
   h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
-  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int32_t>(0xC2B2AE35u)));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int32_t>(zen::kFmixMul2)));
   h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
   const __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(h, servers), 32);
   const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(h, 32), servers);  // high halves already in odd lanes
