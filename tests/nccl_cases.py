@@ -45,7 +45,7 @@ def schemes(names: list[str], cases: list[str], ranks_per_node: int = 1) -> dict
                 zen.sync(scheme, tensors[rank], comm)
             with nccl_rules.counting() as counts:
                 out, stats = zen.sync(scheme, tensors[rank], comm)
-            reads = counts.get(threading.get_ident(), 0)
+            reads = counts.of(nccl_rules.READ, threading.get_ident())
             ok = matches_reference(out.to_dense() if out.layout != torch.strided else out, total, magnitude, P)
             report[f"{name}/{case}"] = (ok, _digest(out), reads, stats.traffic.rounds, stats.traffic.host_reads)
         if ranks_per_node > 1:  # two-level: the functional path
@@ -97,11 +97,11 @@ def hook_reads(scheme: str, sparse: bool, steps: int = TRIAL + 1) -> dict[str, i
         if step == steps - 1:
             with nccl_rules.counting() as counts:
                 loss.backward()
-            reads = sum(counts.values())
+            reads = {kind: counts.of(kind) for kind in (nccl_rules.READ, nccl_rules.SHAPE, nccl_rules.SYNC)}
         else:
             loss.backward()
     stats = state.last_step.stats
-    return {"reads": reads, "rounds": sum(s.traffic.rounds for s in stats),
+    return {**reads, "rounds": sum(s.traffic.rounds for s in stats),
             "counted": sum(s.traffic.host_reads for s in stats), "buckets": len(state.last_step.spans)}
 
 
@@ -138,9 +138,8 @@ def read_before_wait() -> dict[str, Any]:
     t = torch.ones(5)
     work = dist.group.WORLD.allreduce([t], dist.AllreduceOptions())
     before = t.clone()
-    completed = work.is_completed() and work.get_future().done()
     work.wait()
-    return {"before_nan": bool(torch.isnan(before).all()), "after": t.tolist(), "completed_at_enqueue": completed}
+    return {"before_nan": bool(torch.isnan(before).all()), "after": t.tolist()}
 
 
 def refused() -> dict[str, str]:
@@ -166,3 +165,143 @@ def refused() -> dict[str, str]:
     except nccl_rules.RulesViolation as exc:
         out["mismatch"] = str(exc)
     return out
+
+
+def per_rank_poison() -> dict[str, Any]:
+    """An agreement check that reads a gathered table before the all-gather's wait: the poison differs per rank,
+    so the ranks' tables disagree (with one poison for all they would agree, and the check pass wrongly)."""
+    pg, rank = dist.group.WORLD, dist.get_rank()
+    table = torch.empty(2 * 4, dtype=torch.int64)
+    work = pg._allgather_base(table, torch.full((4,), 7, dtype=torch.int64))
+    early = table.tolist()  # the bug: no wait before the read
+    seen = torch.empty(2 * 8, dtype=torch.int64)
+    dist.all_gather_into_tensor(seen, torch.tensor(early, dtype=torch.int64), group=dist.new_group(backend="gloo"))
+    work.wait()
+    halves = seen.view(2, -1).tolist()
+    return {"agree": halves[0] == halves[1], "after": table.tolist(), "rank": rank}
+
+
+def completes_with_peers() -> dict[str, bool]:
+    """Rank 1 joins an all-reduce a second late: rank 0's work is not complete until then."""
+    import time
+
+    rank = dist.get_rank()
+    if rank == 1:
+        time.sleep(1.5)
+    work = dist.group.WORLD.allreduce([torch.ones(3)], dist.AllreduceOptions())
+    early = work.is_completed()
+    work.wait()
+    return {"early": early, "late": work.is_completed()}
+
+
+def written_before_wait(what: str) -> str:
+    """A buffer written after its operation was issued, before its wait: an all-to-all's send buffer reused
+    ("input"), or a receive buffer filled by hand ("output"). The double reports it at the run or the wait."""
+    pg, rank = dist.group.WORLD, dist.get_rank()
+    send, recv = torch.full((8,), float(rank)), torch.empty(8)
+    if what == "input":
+        works = [pg.alltoall_base(recv, send, [4, 4], [4, 4])]
+    else:  # rank 0 sends first, rank 1 receives first: the pair meets in order
+        works = [pg.send([send], 1, 0), pg.recv([recv], 1, 0)] if rank == 0 else \
+            [pg.recv([recv], 0, 0), pg.send([send], 0, 0)]
+    (send if what == "input" else recv).add_(1)  # the bug
+    errors = []
+    for work in works:
+        try:
+            work.wait()
+        except nccl_rules.RulesViolation as exc:
+            errors.append(str(exc))
+    return errors[0] if errors else "no error"
+
+
+def interleaved_communicators() -> str:
+    """Two communicators' all-reduces issued in a rank-dependent order: with every communicator on one stream (NCCL
+    on one device) the ranks wait for each other forever; the double names the deadlock."""
+    first, second = dist.group.WORLD, dist.new_group()
+    order = (first, second) if dist.get_rank() == 0 else (second, first)
+    works = [g.allreduce([torch.ones(2)], dist.AllreduceOptions()) for g in order]
+    errors = []
+    for w in works:
+        try:
+            w.wait()
+        except Exception as exc:  # noqa: BLE001 - the violation; then both groups are aborted, as Zen would
+            errors.append(str(exc))
+            first.abort()
+            second.abort()
+    return next((e for e in errors if "deadlock" in e), errors[0] if errors else "no error")
+
+
+def outlives_group_timeout() -> str:
+    """Rank 1 joins an all-reduce after the group's timeout: the double's watchdog tears rank 0 down first."""
+    import time
+
+    if dist.get_rank() == 1:
+        time.sleep(12)
+    work = dist.group.WORLD.allreduce([torch.ones(2)], dist.AllreduceOptions())
+    work.wait()
+    return "completed"
+
+
+def stalled_peer(scheme: str, steps: int = 3) -> str:
+    """DDP with the hook; the last rank stops taking part after the first step (alive, silent, longer than any
+    timeout): the others must raise ZenCommError from backward, Zen's deadline before the group's watchdog."""
+    import time
+
+    torch.manual_seed(0)
+    model = _Tables(True)
+    ddp = DDP(model)
+    ddp.register_comm_hook(zen.ZenHookState(scheme=scheme, sparse_params=model), zen.ddp_hook)
+    gen = torch.Generator().manual_seed(dist.get_rank())
+    start = time.monotonic()
+    for step in range(steps):
+        if step == 1 and dist.get_rank() == dist.get_world_size() - 1:
+            time.sleep(60)
+            return "stalled"
+        try:
+            ddp(torch.randint(0, 4000, (32, 8), generator=gen)).pow(2).mean().backward()
+        except Exception as exc:  # noqa: BLE001 - what the user sees
+            return f"{type(exc).__name__} after {time.monotonic() - start:.0f}s: {exc}"
+    return "no error"
+
+
+def thread_sleeps(scheme: str, sparse: bool, steps: int = TRIAL + 1) -> dict[str, int]:
+    """Sleeps (polling) in a steady-state step's backward, by thread: the hook's lanes and backward's thread wait
+    on something (a future, a queue), never in a sleep loop."""
+    import time
+
+    torch.manual_seed(0)
+    model = _Tables(sparse)
+    ddp = DDP(model)
+    ddp.register_comm_hook(zen.ZenHookState(scheme=scheme, sparse_params=model, check_every=0), zen.ddp_hook)
+    gen = torch.Generator().manual_seed(dist.get_rank())
+    seen: dict[str, int] = {}
+    original = time.sleep
+
+    def counted(seconds: float) -> None:
+        name = threading.current_thread().name
+        if name.startswith("zen-") or threading.current_thread() is threading.main_thread():
+            seen[name] = seen.get(name, 0) + 1
+        original(seconds)
+
+    for step in range(steps):
+        loss = ddp(torch.randint(0, 4000, (32, 8), generator=gen)).pow(2).mean()
+        if step == steps - 1:
+            time.sleep = counted
+            try:
+                loss.backward()
+            finally:
+                time.sleep = original
+        else:
+            loss.backward()
+    return seen
+
+
+def timeout_against_group(zen_timeout_s: float | None) -> str:
+    """Zen's timeout against a group whose own (the watchdog's) is 20 s: the default is shortened to end first,
+    a longer one the user chose is refused at the first call, on every rank."""
+    comm = DistComm(timeout_s=zen_timeout_s)
+    try:
+        zen.sync(make_scheme("zen"), torch.ones(10), comm)
+    except zen.ZenInputError as exc:
+        return f"ZenInputError: {exc}"
+    return f"{comm.seconds:.1f}"

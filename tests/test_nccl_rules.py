@@ -5,6 +5,7 @@ path, at world sizes 2, 3, 4 and 8; and the double itself catches what it must."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,9 +21,10 @@ EMULATE = {"ZEN_EMULATE_ACCELERATOR": "1"}
 WORLD_SIZES = [2, 3, 4, 8]
 
 
-def _spawn(target: str, P: int, kwargs: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> list:
-    return spawn(f"tests.nccl_cases:{target}", P, kwargs or {}, backend="ncclrules", timeout_s=900,
-                 env=lambda r: {**EMULATE, **(env or {})})
+def _spawn(target: str, P: int, kwargs: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+           pg_timeout_s: float = 120.0, timeout_s: float = 900) -> list:
+    return spawn(f"tests.nccl_cases:{target}", P, kwargs or {}, backend="ncclrules", timeout_s=timeout_s,
+                 pg_timeout_s=pg_timeout_s, env=lambda r: {**EMULATE, **(env or {})})
 
 
 @pytest.mark.parametrize("P", WORLD_SIZES)
@@ -94,29 +96,116 @@ def test_hook_host_reads_per_bucket(scheme: str, sparse: bool) -> None:
     """A steady-state step's backward reads device data on the host at most once per exchange round, as the
     double counts (every thread) and as the communicator counts."""
     for got in _spawn("hook_reads", 4, {"scheme": scheme, "sparse": sparse}):
-        assert got["reads"] <= got["rounds"], got
+        assert got["read"] <= got["rounds"], got
         assert got["counted"] <= got["rounds"], got
 
 
-# ---- the double catches what it must --------------------------------------------------------------
-def test_double_reports_recv_then_send_as_a_deadlock() -> None:
-    messages = _spawn("recv_then_send", 2, env={"ZEN_RULES_DEADLOCK_S": "3"})
-    for m in messages:
-        assert "deadlock" in m and "recv #0" in m and "nccl_cases.py" in m, m
+# ---- Zen against the hazards only the stricter double shows --------------------------------------
+def test_zen_deadline_fires_before_the_watchdog() -> None:
+    """A rank stops taking part after a step (alive, silent past every timeout): the others raise ZenCommError
+    from backward within Zen's deadline (3 s), counted from the operations' issue, long before the hook's groups'
+    watchdog (Zen's timeout + 30 s) would tear them down (the double exits with status 86 where it acts)."""
+    P = 3
+    got = _spawn("stalled_peer", P, {"scheme": "zen"}, env={"ZEN_TIMEOUT_S": "3"}, timeout_s=180)
+    for message in got[:-1]:
+        assert "ZenCommError" in message and "did not complete within 3s" in message, message
+        assert int(message.split(" after ")[1].split("s")[0]) < 30, message
+    assert got[-1] == "stalled"
+
+
+@pytest.mark.parametrize(("zen_timeout_s", "want"), [(None, "15.0"), (10.0, "10.0"), (30.0, "ZenInputError")])
+def test_zen_timeout_against_the_group_timeout(zen_timeout_s: float | None, want: str) -> None:
+    """A group whose watchdog acts after 20 s: Zen's default timeout is shortened to end first (by a quarter of it);
+    a shorter one is kept; a longer one the user chose is refused at the first call, saying what to change."""
+    for got in _spawn("timeout_against_group", 2, {"zen_timeout_s": zen_timeout_s}, pg_timeout_s=20):
+        assert got.startswith(want), got
+        if want == "ZenInputError":
+            assert "process group's own timeout of 20s" in got and "watchdog" in got, got
+
+
+@pytest.mark.parametrize(("scheme", "sparse"), [("zen", False), ("zen", True)])
+def test_hook_waits_without_polling(scheme: str, sparse: bool) -> None:
+    """No thread of the hook, nor backward's, sleeps in a steady-state step: they wait on futures (completion on
+    the double is learned by the communicator's completion thread, zen.comm.completion), never in a poll loop."""
+    for got in _spawn("thread_sleeps", 2, {"scheme": scheme, "sparse": sparse}):
+        assert got == {}, got
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_hook_and_ddp_share_one_stream_without_deadlock(P: int) -> None:
+    """Every communicator of a rank on one stream (NCCL's worst case on one device): the hook's lane group and DDP's
+    own (find_unused_parameters' map all-reduce at the step's end) never meet in rank-dependent orders, since the
+    step's last bucket runs after the lane has issued everything (zen.ddp.worker.CommWorker.submit)."""
+    cases = [{"scheme": "ddp", "branch": True, "ddp": {"find_unused_parameters": True}},
+             {"scheme": "zen", "branch": True, "ddp": {"find_unused_parameters": True}},
+             {"scheme": "zen", "sparse": True, "branch": True, "ddp": {"find_unused_parameters": True}}]
+    per_rank = _spawn("hooks", P, {"cases": cases}, env={"ZEN_RULES_ONE_STREAM": "1"})
+    results = list(zip(*per_rank, strict=True))
+    want = results[0][0]["losses"]
+    for case, ranks in zip(cases, results, strict=True):
+        assert len({r["checksum"] for r in ranks}) == 1, case
+        assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(ranks[0]["losses"], want, strict=True)), case
+
+
+# ---- the double catches what it must, and each rule is what catches it -----------------------------
+def _recv_then_send(got: list) -> bool:
+    return all("deadlock" in m and "recv #0" in m and "nccl_cases.py" in m for m in got)
+
+
+SELF_TESTS: dict[str, tuple[str, dict[str, Any], dict[str, str], float, Callable[[Any], bool]]] = {
+    # rule: (rank body, its kwargs, env, the group's timeout, what the double must report)
+    "deadlock": ("recv_then_send", {}, {"ZEN_RULES_DEADLOCK_S": "3"}, 20.0, _recv_then_send),
+    "refuse": ("refused", {}, {}, 20.0, lambda got: all("unequal sizes" in g["unequal_allgather"] for g in got)),
+    "completion": ("completes_with_peers", {}, {}, 20.0,
+                   lambda got: got[0] == {"early": False, "late": True}),
+    "poison": ("read_before_wait", {}, {}, 20.0, lambda got: all(g["before_nan"] for g in got)),
+    "rank_poison": ("per_rank_poison", {}, {}, 20.0,
+                    lambda got: not any(g["agree"] for g in got) and all(g["after"] == [7] * 8 for g in got)),
+    "unwritten": ("written_before_wait", {"what": "input"}, {}, 20.0,
+                  lambda got: all("input buffer" in m and "written" in m for m in got)),
+    "watchdog": ("outlives_group_timeout", {}, {}, 4.0,
+                 lambda got: isinstance(got, str) and "watchdog" in got and "ran past the group's timeout" in got),
+    "one_stream": ("interleaved_communicators", {}, {"ZEN_RULES_ONE_STREAM": "1", "ZEN_RULES_DEADLOCK_S": "3"}, 20.0,
+                   lambda got: all("deadlock" in m for m in got)),
+}
+
+
+def _self_test(rule: str, disabled: bool) -> bool:
+    target, kwargs, env, pg_timeout_s, reported = SELF_TESTS[rule]
+    env = {**env, "ZEN_RULES_DISABLE": rule if disabled else ""}
+    try:
+        got: Any = _spawn(target, 2, kwargs, env=env, pg_timeout_s=pg_timeout_s, timeout_s=60)
+    except zen.ZenCommError as exc:  # a rank torn down (the watchdog), or hung
+        got = str(exc)
+    try:
+        return bool(reported(got))
+    except (KeyError, TypeError, IndexError):  # not what the rule reports at all
+        return False
+
+
+@pytest.mark.parametrize("rule", sorted(SELF_TESTS))
+def test_double_reports_its_rule(rule: str) -> None:
+    assert _self_test(rule, disabled=False), rule
+
+
+@pytest.mark.parametrize("rule", sorted(SELF_TESTS))
+def test_double_misses_the_bug_with_its_rule_disabled(rule: str) -> None:
+    """The broken variant of each rule (ZEN_RULES_DISABLE): the same self-test then fails, so the rule is what
+    catches its bug."""
+    assert not _self_test(rule, disabled=True), rule
+
+
+def test_double_reports_an_output_written_before_its_wait() -> None:
+    for m in _spawn("written_before_wait", 2, {"what": "output"}):
+        assert "output buffer" in m and "written before its wait" in m, m
 
 
 def test_double_pairs_sends_and_receives_in_order() -> None:
     assert _spawn("send_then_recv_pairs", 2) == [[1.0] * 4, [0.0] * 4]
 
 
-def test_double_poisons_an_output_read_before_the_wait() -> None:
-    for got in _spawn("read_before_wait", 2):
-        assert got == {"before_nan": True, "after": [2.0] * 5, "completed_at_enqueue": True}
-
-
 def test_double_refuses_what_nccl_lacks() -> None:
     for got in _spawn("refused", 2):
-        assert "unequal sizes" in got["unequal_allgather"], got
         assert "any source" in got["recv_anysource"], got
         assert "sparse" in got["sparse"], got
         assert "issued" in got["mismatch"], got

@@ -29,11 +29,6 @@ def accelerated(device: torch.device) -> bool:
     return device.type != "cpu" or os.environ.get(EMULATE_ENV, "0") == "1"
 
 
-def native_host(device: torch.device) -> bool:
-    """Whether the native CPU kernels may run for `device`'s tensors (the host path only)."""
-    return not accelerated(device)
-
-
 class Stream:
     """A lane's communication stream on `device` (nothing on the host). `mark()` on the producer's stream
     (DDP's, when it calls the hook) and `waits(mark)` in the lane order the lane's work after backward's
@@ -59,11 +54,24 @@ class Stream:
         """A context in which the calling thread's work goes to this stream."""
         return torch.cuda.stream(self.cuda) if self.cuda is not None else nullcontext()
 
+    def synchronize(self) -> None:
+        """Block the host until this stream's queued work is done (nothing to wait for on the host)."""
+        if self.cuda is not None:
+            self.cuda.synchronize()
+
     def keep(self, tensor: torch.Tensor) -> None:
         """`tensor` (allocated on another stream) is used on this one: its memory must not be reused before
         this stream is done with it."""
         if self.cuda is not None and tensor.is_cuda:
             tensor.record_stream(self.cuda)
+
+
+def join(mark: Any, device: torch.device) -> None:
+    """Make the calling thread's current stream on `device` wait for `mark` (a `Stream.mark()` of another
+    stream): a Future completed here then carries that stream's work too (a callback's current stream has
+    waited only for its parent futures')."""
+    if mark is not None and device.type == "cuda":
+        torch.cuda.current_stream(device).wait_event(mark)
 
 
 def result_future(device: torch.device) -> torch.futures.Future:

@@ -38,7 +38,6 @@ over all ranks (plain "meta"). `zen.prediction.predict(..., ranks_per_node=k)` p
 from __future__ import annotations
 
 import copy
-import datetime
 import statistics
 import weakref
 from collections.abc import Callable
@@ -49,7 +48,7 @@ import torch.distributed as dist
 
 from zen import native
 from zen.comm.base import Communicator, count_meta, gather_v_meta, ring_chunk
-from zen.comm.dist import DistComm, timeout_seconds
+from zen.comm.dist import DistComm, group_timeout_for, timeout_seconds
 from zen.comm.sim import SimComm, SimGroup
 from zen.device import Clock
 from zen.grad import LocalGrad, to_local_grad
@@ -204,7 +203,7 @@ def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: s
     every rank for every group, so each rank creates all nodes' and all local ranks' groups in one order and
     keeps its two."""
     rank = dist.get_rank()
-    timeout = datetime.timedelta(seconds=timeout_seconds(timeout_s))
+    timeout = group_timeout_for(timeout_seconds(timeout_s))  # Zen's deadline ends before the groups' watchdog
     mine = []
     for ranks in node_groups(dist.get_world_size(), ranks_per_node):
         group = dist.new_group(ranks, timeout=timeout)

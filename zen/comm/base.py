@@ -167,37 +167,25 @@ class Deferred:
 
 
 class Pending:
-    """An issued all-reduce. `future`: a Future that completes with the tensor once its data can be read
-    (gloo, the simulated group); `wait()`: make the result visible to the caller's stream (NCCL: a stream
-    dependency, no host wait). `carries_data` says which of the two a consumer may rely on."""
+    """An issued all-reduce: `future` completes with the tensor once its data can be read, on the host and on any
+    stream that waits on the future (gloo's own future; on NCCL one the communicator completes once the work
+    has run, zen.comm.completion)."""
 
-    def __init__(self, tensor: torch.Tensor, future: torch.futures.Future | None = None,
-                 wait: Callable[[], None] | None = None):
+    def __init__(self, tensor: torch.Tensor, future: torch.futures.Future):
         self.tensor = tensor
         self.future = future
-        self._wait = wait
-
-    @property
-    def carries_data(self) -> bool:
-        return self.future is not None
 
     def wait(self) -> torch.Tensor:
-        if self._wait is not None:
-            self._wait()
-        elif self.future is not None:
-            self.future.wait()
+        self.future.wait()
         return self.tensor
 
     def then(self, fn: Callable[[torch.Tensor], object]) -> Pending:
         """The same collective with `fn(tensor)` applied once its result is visible (a DDP mean's division)."""
-        if self.future is not None:
-            def step(fut: torch.futures.Future) -> torch.Tensor:
-                fn(fut.value())
-                return self.tensor
+        def step(fut: torch.futures.Future) -> torch.Tensor:
+            fn(fut.value())
+            return self.tensor
 
-            return Pending(self.tensor, future=self.future.then(step))
-        first = self.wait
-        return Pending(self.tensor, wait=lambda: fn(first()))
+        return Pending(self.tensor, future=self.future.then(step))
 
 
 class Communicator(ABC):
@@ -377,13 +365,11 @@ class Communicator(ABC):
         pending = self._guard("all_reduce", phase, lambda: self._all_reduce_async(tensor))
         nbytes = self._ring_bytes(tensor)
         self.traffic.add(phase, nbytes, nbytes)
-        if pending.future is not None:
-            def settle(fut: torch.futures.Future) -> torch.Tensor:
-                self._guard("all_reduce", phase, fut.value)
-                return tensor
+        def settle(fut: torch.futures.Future) -> torch.Tensor:
+            self._guard("all_reduce", phase, fut.value)
+            return tensor
 
-            return Pending(tensor, future=pending.future.then(settle))
-        return Pending(tensor, wait=lambda: self._guard("all_reduce", phase, pending.wait))
+        return Pending(tensor, future=pending.future.then(settle))
 
     def all_gather_fixed(self, values: torch.Tensor | Sequence[int], phase: str = META,
                          dtype: torch.dtype = torch.int64) -> list[list[Any]]:
@@ -520,8 +506,14 @@ class Communicator(ABC):
             head[j, :3] = torch.tensor(self._stamp(m))
             if not isinstance(counts, torch.Tensor):
                 head[j, 3 : 3 + len(m)] = torch.tensor(counts[j], dtype=torch.int64)
-        head = head.to(self.device)
-        device_counts = counts.to(self.device).view(P, -1) if isinstance(counts, torch.Tensor) else None
+        wire = self._wire_device()
+        device_counts = counts.view(P, -1) if isinstance(counts, torch.Tensor) else None
+        counts_read = device_counts is not None and device_counts.device.type != "cpu" and wire.type == "cpu"
+        if counts_read:  # a host wire (gloo) and counts on a GPU: read them before the round, its one host read
+            device_counts = torch.tensor(self.host(device_counts), dtype=torch.int64)
+        elif device_counts is not None:
+            device_counts = device_counts.to(wire)
+        head = head.to(wire)  # the headers travel where the backend reads (gloo cannot read device memory)
         if device_counts is not None and sends:
             width = len(next(iter(sends.values())))
             head[:, 3 : 3 + width] = (device_counts.expand(-1, width) if device_counts.shape[1] == 1
@@ -538,7 +530,7 @@ class Communicator(ABC):
         table = heads.view(torch.int64)
         if device_counts is not None:
             table = torch.cat([table, device_counts.reshape(-1)])
-        flat = self.host(table) if table.numel() else []
+        flat = (table.tolist() if counts_read else self.host(table)) if table.numel() else []
         mine: list = []
         if device_counts is not None:
             C = device_counts.shape[1]

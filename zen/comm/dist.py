@@ -8,15 +8,16 @@ payload on NCCL and a CPU one on gloo), and its rules (`BackendRules`) decide ho
 - NCCL runs a pair's operations in issue order on one stream, has no unequal all-gather, and completes a
   future when the work is enqueued (the data is there only for streams that wait on it). So an exchange is
   one `alltoall_base` every rank joins (an NCCL group of the non-empty sends and receives: no recv-then-send
-  deadlock, no pair communicator per peer), an uneven all-gather is padded, and a consumer waits on the
-  work (`Pending.wait`), never on a bare future.
+  deadlock, no pair communicator per peer), an uneven all-gather is padded, and completion is learned from
+  a thread that waits for the work (zen.comm.completion), never from NCCL's future.
 
 Every collective carries a timeout, so a dead, missing or late peer becomes a ZenCommError, not a hang. On
 gloo the timeout goes into the collective itself (its options): gloo then fails the operation and closes its
 connections, so a late peer never meets a stale half-finished operation, and the survivors'
-`destroy_process_group` returns at once. On NCCL a host wait polls the work for at most the timeout and then
-aborts the group (`_on_failure`), so the kernels stuck on a dead peer end; what NCCL's own watchdog does to
-work nobody waits for (TORCH_NCCL_ASYNC_ERROR_HANDLING) is documented in docs/gpu.md.
+`destroy_process_group` returns at once. On NCCL the deadline is counted from each operation's issue, as
+NCCL's watchdog counts, and shorter than the group's timeout (the watchdog's): when it passes, the group is
+aborted (`_on_failure`), so the kernels stuck on a dead peer end and every rank raises ZenCommError before
+the watchdog would tear the process down (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from zen.comm.base import Communicator, Pending
+from zen.comm.completion import Completions
 from zen.types import ZenCommError, ZenInputError
 
 FALLBACK_TIMEOUT_S = 300.0
 BRUCK_TAG = 1  # point-to-point tags of the all-gather's rounds (1, 2, ...); messages of varying size use 0
 GRACE_S = 30.0  # a collective's own timeout fires first; the wait only backs it up (NCCL, a stuck backend)
+WATCHDOG_MARGIN_S = 10.0  # Zen's deadline ends at least this long (or a quarter of it) before a group's watchdog
 
 
 def timeout_seconds(timeout_s: float | None = None) -> float:
@@ -58,15 +61,17 @@ class BackendRules:
     """What a torch.distributed backend guarantees, as far as this layer cares. `ordered`: NCCL's rules
     (point-to-point in issue order per pair, equal-size all-gathers only, futures complete at enqueue);
     `host_wire`: payloads travel through host memory (gloo); `short_receives`: a receive takes a message shorter
-    than its buffer (gloo; NCCL needs the sizes to match), so a bounded exchange is one round."""
+    than its buffer (gloo; NCCL needs the sizes to match), so a bounded exchange is one round; `watchdog`: the
+    backend acts on its own when an operation outlives the group's timeout counted from enqueue (NCCL)."""
 
     ordered: bool
     host_wire: bool = False
     short_receives: bool = False
+    watchdog: bool = False
 
 
 GLOO = BackendRules(ordered=False, host_wire=True, short_receives=True)
-NCCL_LIKE = BackendRules(ordered=True)
+NCCL_LIKE = BackendRules(ordered=True, watchdog=True)
 _RULES: dict[str, BackendRules] = {"gloo": GLOO, "nccl": NCCL_LIKE}
 
 
@@ -102,6 +107,26 @@ def default_device(pg: dist.ProcessGroup) -> torch.device:
     return torch.device("cpu")
 
 
+def group_timeout(pg: dist.ProcessGroup, device: torch.device) -> float | None:
+    """The timeout `pg` was made with for `device`'s backend (NCCL's watchdog acts after it), in seconds; None
+    where the group does not say."""
+    for owner in (lambda: pg._get_backend(device), lambda: pg):
+        with contextlib.suppress(AttributeError, RuntimeError):
+            return float(owner().options._timeout.total_seconds())
+    return None
+
+
+def watchdog_room(group_s: float) -> float:
+    """The longest deadline Zen may count from an operation's issue on a group whose watchdog acts after
+    `group_s` seconds from its enqueue: its error must come first."""
+    return group_s - min(WATCHDOG_MARGIN_S, group_s / 4)
+
+
+def group_timeout_for(seconds: float) -> datetime.timedelta:
+    """The timeout of a group Zen makes for itself: Zen's deadline of `seconds` ends well before its watchdog."""
+    return datetime.timedelta(seconds=seconds + GRACE_S)
+
+
 def live_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     """The process group object `group` names now (None: the current default group)."""
     if not dist.is_available() or not dist.is_initialized():
@@ -135,6 +160,8 @@ class DistComm(Communicator):
         self.rules = rules_of(self.backend)
         self.pads_all_gather = self.rules.ordered
         self.short_receives = self.rules.short_receives
+        self.watchdog_s = group_timeout(pg, device) if self.rules.watchdog else None
+        self._completions: Completions | None = None
         super().__init__(dist.get_rank(pg), dist.get_world_size(pg), device, seed)
         self.group = group
 
@@ -152,12 +179,31 @@ class DistComm(Communicator):
     @property
     def seconds(self) -> float:
         """This call's timeout: `timeout_s`, else $ZEN_TIMEOUT_S as it was at the call's first operation (an
-        environment lookup per operation costs more CPU than a small exchange's own Python)."""
+        environment lookup per operation costs more CPU than a small exchange's own Python), else the default,
+        shortened to end before the group's watchdog (`watchdog_room`)."""
         call, seconds = self._call_timeout
         if call != self.call:
-            seconds = timeout_seconds(self.timeout_s)
+            seconds = self._before_watchdog(timeout_seconds(self.timeout_s))
             self._call_timeout = (self.call, seconds)
         return seconds
+
+    def _before_watchdog(self, seconds: float) -> float:
+        """`seconds`, or where a watchdog would act first: the room left before it if Zen's timeout is its
+        default, else a ZenInputError (a timeout the user chose is not silently shortened)."""
+        if self.watchdog_s is None or seconds <= (room := watchdog_room(self.watchdog_s)):
+            return seconds
+        if self.timeout_s is None and not os.environ.get("ZEN_TIMEOUT_S"):
+            return room
+        raise ZenInputError(
+            f"zen: rank {self.rank}/{self.world_size}: Zen's timeout of {seconds:.0f}s does not end before the "
+            f"process group's own timeout of {self.watchdog_s:.0f}s, after which {self.backend}'s watchdog tears "
+            f"the process down: give the group a longer one (init_process_group(timeout=...) or new_group(timeout="
+            f"...) of at least {group_timeout_for(seconds).total_seconds():.0f}s) or Zen a shorter one (timeout_s / "
+            f"ZEN_TIMEOUT_S <= {room:.0f}s)")
+
+    def begin_call(self, code: int, sizes_agreed: bool = False) -> None:
+        super().begin_call(code, sizes_agreed)
+        _ = self.seconds  # a timeout the group's watchdog would beat is refused here, before any operation
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -178,27 +224,44 @@ class DistComm(Communicator):
                 with contextlib.suppress(Exception):  # best effort: the communicator is poisoned anyway
                     abort()
 
-    def _wait(self, work: dist.Work | None, own_timeout: bool = True) -> None:
+    def _wait(self, work: dist.Work | None, own_timeout: bool = True, what: str = "operation") -> None:
         """Wait for `work` on the host. gloo: a collective carries the timeout itself (`own_timeout`): gloo
         then ends it, and a wait that gave up first would leave it running (a process that exits meanwhile
         aborts), so the wait allows GRACE_S more; a point-to-point wait is the timeout (gloo closes the pair
-        when it fires). NCCL-like: poll the work until it completes or the timeout passes, then make the
-        caller's stream wait for it (a bare `wait()` there does not block the host, and would hang at the
-        next host read if a peer died)."""
+        when it fires). NCCL-like: block on the Future the completion thread completes once the work has run
+        (its deadline counted from now, the work's issue); the caller's stream then waits for it too."""
         if work is None:
             return
         if not self.rules.ordered:
             extra = GRACE_S if own_timeout else 0.0
             work.wait(timeout=datetime.timedelta(seconds=self.seconds + extra))
             return
-        deadline, pause = time.monotonic() + self.seconds, 1e-5
-        while not work.is_completed():
-            if time.monotonic() > deadline:
-                raise ZenCommError(f"rank {self.rank}/{self.world_size}: a {self.backend} operation did not "
-                                   f"complete within {self.seconds:.0f}s (a peer dead, missing or late)")
-            time.sleep(pause)
-            pause = min(pause * 2, 1e-3)
-        work.wait()
+        self._completed(work, time.monotonic(), what).wait()
+
+    def _completed(self, work: dist.Work, issued: float, what: str,
+                   result: torch.Tensor | None = None) -> torch.futures.Future:
+        """A Future that completes once `work` (issued at `issued`) has run: zen.comm.completion's, made at the
+        first operation; it holds this communicator weakly."""
+        if self._completions is None:
+            me = weakref.ref(self)
+
+            def expire(what: str) -> None:
+                if (comm := me()) is not None:
+                    comm._expire(what)
+
+            def failure() -> str | None:
+                comm = me()
+                return comm.failure if comm is not None else "the communicator was collected"
+
+            self._completions = Completions(self.device, expire, failure)
+        return self._completions.track(work, issued, self.seconds, f"{self.backend} {what} of call {self.call}",
+                                       result)
+
+    def _expire(self, what: str) -> None:
+        """An operation outlived Zen's deadline: poison the communicator and abort the group (`_on_failure`)."""
+        self._poison(f"rank {self.rank}/{self.world_size}: a {what} did not complete within {self.seconds:.0f}s of "
+                     f"its issue (a peer dead, missing or late); the group was aborted before its own timeout "
+                     f"({self.watchdog_s or 0:.0f}s) ran out")
 
     def _issue_all_reduce(self, tensor: torch.Tensor) -> dist.Work:
         opts = self._opts(c10d.AllreduceOptions)
@@ -206,19 +269,20 @@ class DistComm(Communicator):
         return self.pg.allreduce([tensor], opts)
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
-        self._wait(self._issue_all_reduce(tensor))
+        self._wait(self._issue_all_reduce(tensor), what="all-reduce")
 
     def _all_reduce_async(self, tensor: torch.Tensor) -> Pending:
+        issued = time.monotonic()
         work = self._issue_all_reduce(tensor)
-        if self.rules.ordered:  # its future completes at enqueue: consumers must wait on the work
-            return Pending(tensor, wait=lambda: self._wait(work))
+        if self.rules.ordered:  # its own future completes at enqueue: completion comes from the completion thread
+            return Pending(tensor, future=self._completed(work, issued, "all-reduce", result=tensor))
         return Pending(tensor, future=work.get_future())  # the operation's own timeout fails the future
 
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.rules.ordered:
             out = torch.empty((self.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
             self._wait(self.pg._allgather_base(out.view(-1), tensor.contiguous().view(-1),
-                                               self._opts(c10d.AllgatherOptions)))
+                                               self._opts(c10d.AllgatherOptions)), what="all-gather")
             return out
         return self._bruck_all_gather(tensor.to(self._wire_device())).to(tensor.device)
 
@@ -243,7 +307,8 @@ class DistComm(Communicator):
     def _all_to_all(self, send: torch.Tensor, send_sizes: list[int], recv_sizes: list[int]) -> torch.Tensor:
         recv = self.pool.take(sum(recv_sizes), send.device)
         if self.rules.ordered:  # one collective: NCCL groups its sends and receives, none blocks another
-            self._wait(self.pg.alltoall_base(recv, send, recv_sizes, send_sizes, self._opts(c10d.AllToAllOptions)))
+            self._wait(self.pg.alltoall_base(recv, send, recv_sizes, send_sizes, self._opts(c10d.AllToAllOptions)),
+                       what="all-to-all")
             return recv
         # gloo: point to point, only to and from the peers that have something, each buffer as it is
         works = []
@@ -266,7 +331,7 @@ class DistComm(Communicator):
             top = max(sizes)
             padded = buf if buf.numel() == top else torch.cat([buf, buf.new_zeros(top - buf.numel())])
             out = self.pool.take(P * top, buf.device)
-            self._wait(self.pg._allgather_base(out, padded, self._opts(c10d.AllgatherOptions)))
+            self._wait(self.pg._allgather_base(out, padded, self._opts(c10d.AllgatherOptions)), what="all-gather")
             return [out[j * top : j * top + sizes[j]] for j in range(P)]
         # gloo: the same buffer to every peer (no copies), exact sizes, no padding on the wire; each peer's message
         # lands on a 64-byte line of the receive buffer, so its first tensor is a view there whatever the sizes

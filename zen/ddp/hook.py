@@ -26,7 +26,6 @@ No `from __future__ import annotations` here: DDP's register_comm_hook compares 
 with the real classes and rejects strings.
 """
 
-import datetime
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -35,11 +34,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from zen.comm.dist import DistComm, timeout_seconds
+from zen.comm.dist import DistComm, group_timeout_for, timeout_seconds
 from zen.compress import Compressor, make_compressor
 from zen.ddp.router import BucketRouter, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
-from zen.device import Clock, Stream, on, result_future
+from zen.device import Clock, Stream, join, on, result_future
 from zen.registry import make_scheme
 from zen.sync import Part, SyncConfig, Synchronizer
 from zen.sync.config import frozen
@@ -201,7 +200,7 @@ class ZenHookState:
         rt = self.runtime
         if not rt.lanes:
             device = bucket.buffer().device
-            timeout = datetime.timedelta(seconds=timeout_seconds(self.timeout_s))
+            timeout = group_timeout_for(timeout_seconds(self.timeout_s))  # Zen's deadline ends before its watchdog
             first = self._created(lambda: self.group if self.group is not None else dist.new_group(timeout=timeout))
             comms = [DistComm(first, timeout_s=self.timeout_s, device=device)]
             count = 1 if self.group is not None or comms[0].rules.ordered else self.lanes
@@ -261,7 +260,8 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     job = BucketJob(state, lane, bucket.buffer(), parts, record, check, tag, mark, done)
 
     if state.asynchronous:
-        lane.worker.submit(job.run, done, inline_if_idle=bucket.is_last())
+        lane.worker.submit(job.run, done, inline_if_idle=bucket.is_last(),
+                           inline_after_drain=bucket.is_last() and lane.comm.rules.ordered)
     else:
         try:
             job.run()
@@ -320,4 +320,6 @@ class BucketJob:
                     result = outcome.result
             pending = [o.pending for o in outcomes if o.pending is not None]  # tracked as issued (on_issue)
             record.spans.append(clock)
-            settle(self.done, result, pending, rt.fault, on_done=clock.stop)
+            written = lane.stream.mark()  # the sparse parts' writes, on the lane's stream
+            settle(self.done, result, pending, rt.fault, on_done=clock.stop,
+                   after=lambda: join(written, lane.comm.device))

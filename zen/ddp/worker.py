@@ -44,13 +44,11 @@ class Fault:
             self.failure = exc
 
     def track(self, work: T) -> T:
-        """Count `work` (a Future, or a Pending whose future carries its data) as in flight until it completes;
-        returns it. A Pending waited for by its lane (NCCL) ends before the lane's job does."""
+        """Count `work` (a Future, or a Pending) as in flight until it completes; returns it."""
         fut = work.future if isinstance(work, Pending) else work
-        if fut is not None:
-            with self._lock:
-                self._in_flight = [f for f in self._in_flight if not f.done()]
-                self._in_flight.append(fut)
+        with self._lock:
+            self._in_flight = [f for f in self._in_flight if not f.done()]
+            self._in_flight.append(fut)
         return work
 
     def fail(self, done: torch.futures.Future, exc: BaseException) -> None:
@@ -72,16 +70,22 @@ class CommWorker:
         self._device = device or torch.device("cpu")
         self.fault = fault or Fault()
         self._pending = 0  # submitted jobs not finished yet
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, job: Job, done: torch.futures.Future, inline_if_idle: bool = False) -> None:
+    def submit(self, job: Job, done: torch.futures.Future, inline_if_idle: bool = False,
+               inline_after_drain: bool = False) -> None:
         """Run `job` after every job submitted before it; a job that raises fails `done` with its error.
         `inline_if_idle`: when no job is pending, run it right here instead (the same order, without a
-        thread hand-off: worth it for a step's last bucket, which has no backward left to overlap)."""
+        thread hand-off: worth it for a step's last bucket, which has no backward left to overlap).
+        `inline_after_drain`: wait here until every earlier job has run, then run it here: everything the
+        lane issues for this step is issued before the caller goes on (on NCCL, before DDP's own collectives
+        of the step's end, so two communicators see their operations in one order on every rank)."""
         with self._lock:
-            inline = inline_if_idle and self._pending == 0
+            if inline_after_drain:
+                self._lock.wait_for(lambda: self._pending == 0)
+            inline = (inline_if_idle or inline_after_drain) and self._pending == 0
             if not inline:
                 self._pending += 1
         if inline:
@@ -99,6 +103,7 @@ class CommWorker:
                 self._run(*item)
                 with self._lock:
                     self._pending -= 1
+                    self._lock.notify_all()
 
     def _run(self, job: Job, done: torch.futures.Future) -> None:
         if self.fault.failure is not None:
@@ -124,17 +129,13 @@ def _fail(done: torch.futures.Future, exc: BaseException) -> None:
 
 
 def settle(done: torch.futures.Future, result: Any, pending: list[Pending], fault: Fault,
-           on_done: Callable[[], object] = lambda: None) -> None:
+           on_done: Callable[[], object] = lambda: None, after: Callable[[], object] = lambda: None) -> None:
     """Complete `done` with `result` once every pending all-reduce has, or fail it (through `fault`, which
-    records it) with the first error among them. Backends whose futures carry the data (gloo) chain on them,
-    so the lane goes on meanwhile; on NCCL the lane waits on each (a stream dependency, polled for its
-    timeout) and completes `done` on its stream, which makes DDP's stream wait for it."""
-    if any(not p.carries_data for p in pending):
-        for p in pending:
-            p.wait()
-        on_done()
-        done.set_result(result)
-        return
+    records it) with the first error among them. Nothing blocks here: `done` completes in the callback of the
+    last of their futures (gloo's own; on NCCL the completion thread's, zen.comm.completion), so the lane, or
+    backward's thread running a bucket inline, goes on meanwhile. `after()` runs there first: on a GPU it makes
+    that thread's current stream, which waited only for the all-reduces, wait for the lane's own writes too
+    (zen.device.join), since completing `done` hands DDP a dependency on that stream."""
     if not pending:
         on_done()
         done.set_result(result)
@@ -148,10 +149,11 @@ def settle(done: torch.futures.Future, result: Any, pending: list[Pending], faul
                 fault.record(exc)
                 fault.fail(done, exc)
                 return
+        after()
         on_done()
         done.set_result(result)
 
-    all_settled([p.future for p in pending if p.future is not None]).then(finish)
+    all_settled([p.future for p in pending]).then(finish)
 
 
 def all_settled(futures: list[torch.futures.Future]) -> torch.futures.Future:
