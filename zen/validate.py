@@ -111,9 +111,3 @@ def check_parts(parts: list[Checked] | None, comm: Communicator, check_finite: b
         raise ZenInputError(f"zen: bad input on rank {comm.rank}: " + "; ".join(problems))
     counts = [[row[len(FIELDS) + k] for row in table] for k in range(min(len(parts), ANNOUNCED))]
     return [rows if min(rows) >= 0 else None for rows in counts] + [None] * (len(parts) - len(counts))
-
-
-def check_inputs(grad: LocalGrad | None, shape: tuple[int, ...], scheme: str, comm: Communicator,
-                 check_finite: bool = True, failed: bool = False) -> None:
-    """`check_parts` of one tensor (`failed`: this rank refused it locally)."""
-    check_parts(None if failed or grad is None else [(grad, shape, scheme)], comm, check_finite)

@@ -656,12 +656,6 @@ class Communicator(ABC):
         self.traffic.rounds += 1
         return out
 
-    def sendrecv(self, peer: int, send: Message | None, recv_like: Message | None, phase: str) -> Message | None:
-        """`exchange` with one peer: send to it and/or receive from it."""
-        got = self.exchange({peer: send} if send is not None else {},
-                            {peer: recv_like} if recv_like is not None else {}, phase)
-        return got.get(peer) if recv_like is not None else None
-
     # ---- start-up agreement ------------------------------------------------------------------
     def shared_seed(self) -> int:
         """A seed every rank agrees on (rank 0's proposal), fetched once per communicator."""

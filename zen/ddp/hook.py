@@ -185,11 +185,6 @@ class ZenHookState:
         if dist.is_available() and dist.is_initialized():  # else checked when the lanes are made
             nodes_of(dist.get_world_size(), self.ranks_per_node)
 
-    @property
-    def call_code(self) -> int:
-        """What every rank's hook must agree on, as the code its calls carry (zen.comm.base)."""
-        return self.runtime.config.code()
-
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
 
