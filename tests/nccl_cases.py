@@ -243,8 +243,9 @@ def outlives_group_timeout() -> str:
 
 
 def stalled_peer(scheme: str, steps: int = 3) -> str:
-    """DDP with the hook; the last rank stops taking part after the first step (alive, silent, longer than any
-    timeout): the others must raise ZenCommError from backward, Zen's deadline before the group's watchdog."""
+    """DDP with the hook; the last rank stops taking part in the second step's backward (alive, silent past every
+    timeout; it joins DDP's own collectives of the forward, which would otherwise be the ones stuck): the others
+    must raise ZenCommError from backward, Zen's deadline before the hook's groups' watchdog."""
     import time
 
     torch.manual_seed(0)
@@ -254,11 +255,12 @@ def stalled_peer(scheme: str, steps: int = 3) -> str:
     gen = torch.Generator().manual_seed(dist.get_rank())
     start = time.monotonic()
     for step in range(steps):
+        loss = ddp(torch.randint(0, 4000, (32, 8), generator=gen)).pow(2).mean()
         if step == 1 and dist.get_rank() == dist.get_world_size() - 1:
-            time.sleep(60)
+            time.sleep(40)
             return "stalled"
         try:
-            ddp(torch.randint(0, 4000, (32, 8), generator=gen)).pow(2).mean().backward()
+            loss.backward()
         except Exception as exc:  # noqa: BLE001 - what the user sees
             return f"{type(exc).__name__} after {time.monotonic() - start:.0f}s: {exc}"
     return "no error"
