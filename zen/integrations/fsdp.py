@@ -197,7 +197,7 @@ class _Plan:
     def counts(self, cuts: torch.Tensor) -> torch.Tensor:
         """(P, 4) on the device: per destination the ids and rows to send, and where its rows start and how many."""
         k = cuts[1:] - cuts[:-1]
-        dense = k > self.most_ids
+        dense = k > self.most_ids if self.scheme != "dense" else torch.ones_like(k, dtype=torch.bool)
         ids = torch.where(dense, torch.zeros_like(k), k)
         rows = torch.where(dense, torch.full_like(k, self.R), k)
         return torch.stack([ids, rows, cuts[:-1], k], dim=1)
@@ -206,7 +206,7 @@ class _Plan:
               ) -> Message:
         """Destination j's message from its (ids, rows, start, k) numbers (`counts`'s row, or made on the host)."""
         start, k = row[2], row[3]
-        if k > self.most_ids:
+        if k > self.most_ids or self.scheme == "dense":
             return ids[:0].to(INDEX), chunks[j]
         return (ids[start : start + k] - j * self.R).to(INDEX), values[start : start + k]
 
