@@ -79,6 +79,7 @@ class ZenReduceScatter(ReduceScatter):
         self.runtime, self.key, self.group_name = runtime, key, group_name
         self.width = 1 if runtime.compressor is not None and not sparse else width
         self.sparse = sparse
+        self._residual: torch.Tensor | float | None = None  # the compressor's residual norm after the last call
 
     def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
@@ -94,6 +95,8 @@ class ZenReduceScatter(ReduceScatter):
         comm.traffic = stats.traffic
         ids, values = self._rows(input_tensor)
         stats.nnz = int(ids.numel())
+        if self._residual is not None:
+            stats.extra["residual_norm"] = self._residual
         chunks = input_tensor.view(comm.world_size, -1, self.width)
         got = self._push(chunks, ids, values, stats)
         _sum_in_rank_order(output_tensor.view(-1, self.width), got)
@@ -120,7 +123,8 @@ class ZenReduceScatter(ReduceScatter):
                                 f"this reduce-scatter was made for ({self.group_name}); a group made with another "
                                 f"mesh: call zen.fsdp.shard with the mesh the module was sharded with")
         P = self.runtime.comm.world_size
-        if input_tensor.numel() != P * output.numel() or output.numel() % self.width or output.dtype != input_tensor.dtype:
+        if input_tensor.numel() != P * output.numel() or output.numel() % self.width \
+                or output.dtype != input_tensor.dtype:
             raise ZenInputError(f"{where}: input of {input_tensor.numel()} elements and output of {output.numel()} "
                                 f"({output.dtype}) do not make {P} chunks of rows of width {self.width}")
         if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
@@ -133,8 +137,9 @@ class ZenReduceScatter(ReduceScatter):
         rt = self.runtime
         if rt.compressor is not None and not self.sparse:
             ctx = PartContext(self.key, code_of(self.key), rt.step, rt.comm.world_size)
-            grad = rt.compressor.compress(flat, ctx)
-            return grad.rows()
+            rows = rt.compressor.compress(flat, ctx).rows()
+            self._residual = rt.compressor.residual_norm(self.key, lazy=True)
+            return rows
         return extract_rows(flat.view(-1, self.width))
 
     def _push(self, chunks: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, stats: SyncStats
@@ -248,7 +253,7 @@ def shard(model: nn.Module, scheme: str = "zen", compress: str | None = None, de
     Every rank must call it alike; it makes one process group over the mesh's ranks."""
     if scheme not in SCHEMES:
         raise ZenInputError(f"zen.fsdp: unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
-    tables = {id(p) for p in embedding_params(model if sparse_params is None else sparse_params)}
+    tables = _slots(model, {id(p) for p in embedding_params(model if sparse_params is None else sparse_params)})
     if not any(isinstance(m, FSDPModule) for m in model.modules()):
         for m in [m for m in model.modules() if m is not model and _owns_only(m, tables)]:
             fully_shard(m, **fsdp_kwargs)
@@ -260,23 +265,31 @@ def shard(model: nn.Module, scheme: str = "zen", compress: str | None = None, de
     if len(groups) != 1:
         raise ZenInputError(f"zen.fsdp: the model's FSDP modules use {len(groups)} process groups; shard one mesh")
     fsdp_group = next(iter(groups.values()))
-    device = _device_of(model)
-    comm = DistComm(dist.new_group(dist.get_process_group_ranks(fsdp_group)), device=device)
+    comm = DistComm(dist.new_group(dist.get_process_group_ranks(fsdp_group)), device=_device_of(model))
     compressor = make_compressor(compress, density, **(compress_options or {})) if compress else None
     runtime = Runtime(comm, scheme, compressor)
     comms = {}
     for name, m in modules:
         params = _group_params(m)
-        sparse = bool(params) and all(id(p) in tables for p in params)
-        comms[name] = ZenReduceScatter(runtime, name or "<root>", fsdp_group.group_name, _row_width(params), sparse)
+        sparse = bool(params) and all(slot in tables for slot, _ in params)
+        width = _row_width([p for _, p in params])
+        comms[name] = ZenReduceScatter(runtime, name or "<root>", fsdp_group.group_name, width, sparse)
         m.set_custom_reduce_scatter(comms[name])
     return ZenFSDP(comms, runtime)
 
 
-def _owns_only(module: nn.Module, tables: set[int]) -> bool:
+Slot = tuple[int, str]  # a parameter's place: its module (by id) and its name there, which FSDP keeps
+
+
+def _slots(model: nn.Module, ids: set[int]) -> set[Slot]:
+    """Where the parameters `ids` sit in the model: FSDP swaps the tensors, not their places."""
+    return {(id(m), name) for m in model.modules() for name, p in m.named_parameters(recurse=False) if id(p) in ids}
+
+
+def _owns_only(module: nn.Module, tables: set[Slot]) -> bool:
     """Whether a module's own parameters are all embedding tables (it becomes an FSDP module of its own)."""
-    own = list(module.parameters(recurse=False))
-    return bool(own) and all(id(p) in tables for p in own)
+    own = [name for name, _ in module.named_parameters(recurse=False)]
+    return bool(own) and all((id(module), name) in tables for name in own)
 
 
 def _fsdp_state(module: nn.Module) -> Any:
@@ -291,10 +304,12 @@ def _mesh_group(module: nn.Module) -> dist.ProcessGroup:
     return group.mesh_info.shard_process_group
 
 
-def _group_params(module: nn.Module) -> list[nn.Parameter]:
-    """The original parameters of the module's FSDP parameter group (none for a module without one)."""
+def _group_params(module: nn.Module) -> list[tuple[Slot, torch.Tensor]]:
+    """The parameters of the module's FSDP parameter group with their places (none for a module without one)."""
     group = _fsdp_state(module)._fsdp_param_group
-    return [] if group is None else [p.sharded_param for p in group.fsdp_params]
+    if group is None:
+        return []
+    return [((id(p._module_info.module), p._module_info.param_name), p.sharded_param) for p in group.fsdp_params]
 
 
 def _row_width(params: list[torch.Tensor]) -> int:
