@@ -14,6 +14,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import zen.fsdp
+from tests import nccl_rules  # registers the "ncclrules" backend (tests/test_fsdp_nccl_rules.py)
 from zen.types import ZenInputError
 
 INDEX_BYTES = 4
@@ -61,6 +62,14 @@ class Expect:
         return result
 
 
+def _mesh() -> DeviceMesh:
+    """The ranks' 1-D mesh. Under the NCCL-rules double, whose groups carry no name (DeviceMesh needs one), FSDP's
+    own collectives go over a gloo group and zen.fsdp's exchange over the double (the group `shard` makes)."""
+    if dist.get_backend() == nccl_rules.NAME:
+        return DeviceMesh.from_group(dist.new_group(backend="gloo"), "cpu")
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
 def _ids(gen: torch.Generator, rows: int, used: int) -> torch.Tensor:
     """A batch touching at most `used` of the table's rows, zipf-like (ranks overlap on the popular ones)."""
     weights = 1.0 / torch.arange(1, used + 1, dtype=torch.float64) ** 1.1
@@ -72,7 +81,7 @@ def train(case: dict[str, Any]) -> dict[str, Any]:
     embedding, `reduce_dtype`, `compress`, `steps`. Returns the full parameters and the zen calls' bytes."""
     torch.manual_seed(0)
     model = Net(case["rows"], case["width"])
-    mesh = init_device_mesh(case.get("device", "cpu"), (dist.get_world_size(),))
+    mesh = _mesh()
     dtype = getattr(torch, case.get("reduce_dtype", "float32"))
     kwargs = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(reduce_dtype=dtype)}
     calls: list[Expect] = []
@@ -81,6 +90,7 @@ def train(case: dict[str, Any]) -> dict[str, Any]:
         fully_shard(model, **kwargs)
     else:
         state = zen.fsdp.shard(model, scheme=case["scheme"], compress=case.get("compress"), density=0.1,
+                               gather=case.get("gather"),
                                compress_options={"momentum": 0.0} if case.get("compress") == "dgc" else None,
                                **kwargs)
         for name, comm in state.comms.items():
@@ -93,7 +103,8 @@ def train(case: dict[str, Any]) -> dict[str, Any]:
         model(_ids(gen, case["rows"], case.get("used", case["rows"]))).pow(2).mean().backward()
         opt.step()
     params = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
-    return {"params": params, "calls": [c for e in calls for c in e.calls]}
+    gathered = sum(s.traffic.sent.get("gather", 0) for s in state.last_step.stats) if calls else 0
+    return {"params": params, "calls": [c for e in calls for c in e.calls], "gather_sent": gathered}
 
 
 def cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:

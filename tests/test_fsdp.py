@@ -44,6 +44,7 @@ def test_parameters_match_fsdp_default(world: int) -> None:
     cases = []
     for shape in SHAPES.values():
         cases += [{"scheme": s, **shape} for s in ("fsdp", "zen", "dense")]
+        cases.append({"scheme": "zen", "gather": "delta", **shape})  # after the dense "zen" case: its reference
     cases += [{"scheme": s, "reduce_dtype": "bfloat16", **SHAPES["padded"]} for s in ("fsdp", "zen")]
     per_rank = _run(world, cases)
     for results in per_rank:
@@ -54,6 +55,8 @@ def test_parameters_match_fsdp_default(world: int) -> None:
             bf16 = cases[i].get("reduce_dtype") == "bfloat16"
             bound = 0.0 if world == 2 else BF16_BOUND if bf16 else FP32_BOUND
             _assert_equal(ref, results[i]["params"], bound, str(cases[i]))
+            if cases[i].get("gather"):  # the changed rows' all-gather gives FSDP's bits: the same run as "zen"
+                _assert_equal(results[i - 1]["params"], results[i]["params"], 0.0, f"{cases[i]} vs zen")
             for call in results[i]["calls"]:
                 assert call["sent"] == call["expected"], (cases[i], call)
     for i in range(len(cases)):  # identical on every rank
@@ -65,7 +68,7 @@ def test_bytes_are_rows_and_dense_groups_fall_back() -> None:
     zero rows, goes dense to every peer in the same single round (the header rides in front: meta is one header a
     peer)."""
     shape = {"rows": 4000, "width": 16, "used": 40}
-    (zen_run,) = _run(4, [{"scheme": "zen", **shape}])[0:1]
+    zen_run = _run(4, [{"scheme": "zen", **shape}, {"scheme": "zen", "gather": "delta", **shape}])[0]
     calls = zen_run[0]["calls"]
     emb = [c for c in calls if c["choice"] == "rows"]
     head = [c for c in calls if c["choice"] == "dense"]
@@ -73,6 +76,8 @@ def test_bytes_are_rows_and_dense_groups_fall_back() -> None:
     assert emb and head
     assert all(c["sent"] <= dense_chunks / 10 for c in emb), emb
     assert all(c["sent"] == c["expected"] and c["meta"] == 3 * 64 for c in calls), calls
+    # the parameters' all-gathers of the last step: the embedding's changed rows, not one dense shard of it
+    assert 0 < zen_run[1]["gather_sent"] < dense_chunks, zen_run[1]["gather_sent"]
 
 
 def test_dgc_sends_its_choice_and_trains_alike_dense_or_rows() -> None:

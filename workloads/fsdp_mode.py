@@ -23,14 +23,16 @@ from workloads.base import Workload
 
 FSDP, FSDP_BF16 = "fsdp", "fsdp-bf16"
 BASELINES = (FSDP, FSDP_BF16)
+DELTA = "zen-delta"  # zen's reduce-scatter and the all-gather of changed rows (zen.integrations.fsdp_gather)
+COMPRESSED = ("zen", DELTA)  # the schemes --compress applies to
 
 
 def is_scheme(name: str) -> bool:
-    return name in BASELINES or name in zen.fsdp.SCHEMES
+    return name in schemes()
 
 
 def schemes() -> list[str]:
-    return [*zen.fsdp.SCHEMES, *BASELINES]
+    return [*zen.fsdp.SCHEMES, DELTA, *BASELINES]
 
 
 class Sharded(nn.Module):
@@ -64,7 +66,8 @@ def shard(work: Workload, model: nn.Module, scheme: str, device: torch.device, s
     state = None
     if scheme not in BASELINES:
         named = dict(model.named_parameters())  # FSDP's sharded parameters, under the same names
-        state = zen.fsdp.shard(model, scheme=scheme, sparse_params=[named[n] for n in work.sparse_params], **squeeze)
+        state = zen.fsdp.shard(model, scheme="zen" if scheme == DELTA else scheme, gather="delta" if scheme == DELTA
+                               else None, sparse_params=[named[n] for n in work.sparse_params], **squeeze)
     return Sharded(model), state
 
 

@@ -161,10 +161,10 @@ def _setup_torchrec(cfg: TrainConfig, scheme: str, device: torch.device, work: W
 
 def _setup_fsdp(cfg: TrainConfig, scheme: str, device: torch.device, work: Workload, model: nn.Module) -> Trainee:
     """The model sharded by FSDP2 with `scheme` (workloads/fsdp_mode.py)."""
-    from workloads.fsdp_mode import shard
+    from workloads.fsdp_mode import COMPRESSED, shard
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    squeeze = hook_settings(cfg, scheme) if scheme in zen.schemes() else {}
+    squeeze = hook_settings(cfg, scheme) if scheme in COMPRESSED else {}
     sharded, state = shard(work, model, scheme, device, {k: v for k, v in squeeze.items() if k != "check_every"})
     optimizer = torch.optim.SGD(model.parameters(), lr=work.lr)
     torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
@@ -368,7 +368,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "every table data-parallel; mixed, the largest table-wise, the rest data-parallel "
                              "(schemes: Zen's, torchrec, torchrec-fp16, none)")
     parser.add_argument("--fsdp", action="store_true",
-                        help="shard the model with FSDP2 (schemes: zen and dense through zen.fsdp, fsdp, fsdp-bf16)")
+                        help="shard the model with FSDP2 (schemes: zen, zen-delta, dense through zen.fsdp; fsdp, fsdp-bf16)")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE on every rank first (registers extra workloads/schemes)")
 

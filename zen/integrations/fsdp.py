@@ -20,7 +20,7 @@ FSDP's own collectives on the mesh's group.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,14 +28,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from zen.comm.base import Communicator, Deferred, Message, code_of
+from zen.comm.base import Deferred, Message, code_of
 from zen.comm.dist import DistComm
 from zen.compress import make_compressor
-from zen.compress.base import Compressor, PartContext
+from zen.compress.base import PartContext
 from zen.ddp.hook import StepRecord
 from zen.ddp.router import embedding_params
 from zen.device import Clock
 from zen.grad import extract_rows
+from zen.integrations.fsdp_gather import DeltaAllGather
+from zen.integrations.fsdp_plan import INDEX, ChunkPlan, Runtime
 from zen.sync.synchronizer import ROW_BOUND_BYTES
 from zen.types import SyncStats, ZenInputError
 
@@ -46,28 +48,7 @@ except ImportError:  # pragma: no cover - depends on the torch version
 
 SCHEMES = ("zen", "dense")  # zen: non-zero rows (dense chunks where cheaper); dense: every chunk dense, counted
 PUSH = "push"
-INDEX = torch.int32  # a row id within a chunk: FSDP's chunks stay far below 2**31 rows
-
-
-@dataclass
-class Runtime:
-    """What every ZenReduceScatter of one sharded model shares: the communicator (its own process group), the
-    compressor and its step counter, and the record of the last backward's calls."""
-
-    comm: Communicator
-    scheme: str
-    compressor: Compressor | None = None
-    step: int = 0
-    last_step: StepRecord = field(default_factory=StepRecord)
-    _seen: set[str] = field(default_factory=set)
-
-    def begin(self, key: str) -> None:
-        """A group's call: a key seen again starts the next backward (a new record, the compressor's next step)."""
-        if key in self._seen:
-            self._seen.clear()
-            self.step += 1
-            self.last_step = StepRecord()
-        self._seen.add(key)
+GATHERS = (None, "delta")  # the parameters' all-gather: FSDP's own, or only the rows changed since the last
 
 
 class ZenReduceScatter(ReduceScatter):
@@ -88,7 +69,6 @@ class ZenReduceScatter(ReduceScatter):
                  op: Any, async_op: bool = False) -> Any:
         rt, comm = self.runtime, self.runtime.comm
         self._check(output_tensor, input_tensor, group, op)
-        rt.begin(self.key)
         stats = SyncStats()
         clock = Clock(input_tensor.device).start()
         comm.begin_call(code_of(self._config(input_tensor)), sizes_agreed=True)
@@ -150,7 +130,7 @@ class ZenReduceScatter(ReduceScatter):
         if P == 1:
             return [(ids[:0].to(INDEX), chunks[0])]
         cuts = torch.searchsorted(ids, torch.arange(P + 1, device=ids.device) * R)
-        plan = _Plan(R, self.width, chunks.element_size(), self.runtime.scheme)
+        plan = ChunkPlan(R, self.width, chunks.element_size(), self.runtime.scheme)
         if comm.short_receives and not chunks.is_cuda:
             rows = comm.host(cuts)
             messages = [plan.message(chunks, ids, values, rows, j) for j in range(P)]
@@ -164,56 +144,6 @@ class ZenReduceScatter(ReduceScatter):
         stats.choice = "dense" if stats.extra["dense_peers"] == P - 1 else "rows"
         got[r] = (ids[:0].to(INDEX), chunks[r])
         return got
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """The cost model of one call, per destination: its rows as COO (int32 id + the row) while that is cheaper
-    than its dense chunk of R rows, else the chunk. A dense message carries no ids and R rows."""
-
-    R: int
-    width: int
-    value_bytes: int
-    scheme: str
-
-    @property
-    def most_ids(self) -> int:
-        """The most rows a COO message can have (one more and the dense chunk is no dearer)."""
-        if self.scheme == "dense":
-            return 0
-        row = self.width * self.value_bytes
-        return min(self.R, max(0, math.ceil(self.R * row / (INDEX.itemsize + row)) - 1))
-
-    def bound(self, _rank: int) -> list[int]:
-        return [self.most_ids, self.R]
-
-    @property
-    def bound_bytes(self) -> int:
-        return self.most_ids * INDEX.itemsize + self.R * self.width * self.value_bytes
-
-    def is_dense(self, m: Message) -> bool:
-        return m[0].shape[0] == 0 and m[1].shape[0] == self.R and self.R > 0
-
-    def message(self, chunks: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, cuts: list[int], j: int
-                ) -> Message:
-        a, b = cuts[j], cuts[j + 1]
-        return self.built(chunks, ids, values, [0, 0, a, b - a], j)
-
-    def counts(self, cuts: torch.Tensor) -> torch.Tensor:
-        """(P, 4) on the device: per destination the ids and rows to send, and where its rows start and how many."""
-        k = cuts[1:] - cuts[:-1]
-        dense = k > self.most_ids if self.scheme != "dense" else torch.ones_like(k, dtype=torch.bool)
-        ids = torch.where(dense, torch.zeros_like(k), k)
-        rows = torch.where(dense, torch.full_like(k, self.R), k)
-        return torch.stack([ids, rows, cuts[:-1], k], dim=1)
-
-    def built(self, chunks: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, row: list[int], j: int
-              ) -> Message:
-        """Destination j's message from its (ids, rows, start, k) numbers (`counts`'s row, or made on the host)."""
-        start, k = row[2], row[3]
-        if k > self.most_ids or self.scheme == "dense":
-            return ids[:0].to(INDEX), chunks[j]
-        return (ids[start : start + k] - j * self.R).to(INDEX), values[start : start + k]
 
 
 def _sum_in_rank_order(out: torch.Tensor, got: list[Message]) -> None:
@@ -243,16 +173,20 @@ class ZenFSDP:
 
 
 def shard(model: nn.Module, scheme: str = "zen", compress: str | None = None, density: float = 0.05,
-          compress_options: dict[str, Any] | None = None, sparse_params: Any = None, **fsdp_kwargs: Any) -> ZenFSDP:
+          compress_options: dict[str, Any] | None = None, sparse_params: Any = None, gather: str | None = None,
+          **fsdp_kwargs: Any) -> ZenFSDP:
     """Zen as the reduce-scatter of every FSDP module of `model`, in one line.
 
     A model not yet sharded is sharded here: `fully_shard` on each embedding module (its own parameter group, so
     its flat gradient is rows of one width), then on the model, with `fsdp_kwargs` (mesh, mp_policy, ...). A model
     the user sharded keeps its modules. `sparse_params`: the embeddings (as `zen.ZenHookState`'s; default: every
     nn.Embedding / nn.EmbeddingBag); their groups keep their natural sparsity, `compress` acts on the others.
+    `gather="delta"`: the parameters' all-gathers send only the rows changed since the last one
+    (zen.integrations.fsdp_gather; one unsharded copy per group and rank); None: FSDP's own.
     Every rank must call it alike; it makes one process group over the mesh's ranks."""
-    if scheme not in SCHEMES:
-        raise ZenInputError(f"zen.fsdp: unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    if scheme not in SCHEMES or gather not in GATHERS:
+        raise ZenInputError(f"zen.fsdp: unknown scheme {scheme!r} or gather {gather!r}; choose a scheme of "
+                            f"{', '.join(SCHEMES)} and a gather of {GATHERS}")
     tables = _slots(model, {id(p) for p in embedding_params(model if sparse_params is None else sparse_params)})
     if not any(isinstance(m, FSDPModule) for m in model.modules()):
         for m in [m for m in model.modules() if m is not model and _owns_only(m, tables)]:
@@ -275,6 +209,9 @@ def shard(model: nn.Module, scheme: str = "zen", compress: str | None = None, de
         width = _row_width([p for _, p in params])
         comms[name] = ZenReduceScatter(runtime, name or "<root>", fsdp_group.group_name, width, sparse)
         m.set_custom_reduce_scatter(comms[name])
+        if gather == "delta":
+            m.set_custom_all_gather(DeltaAllGather(runtime, name or "<root>", fsdp_group.group_name, width))
+    model.register_forward_pre_hook(runtime.next_step, prepend=True)
     return ZenFSDP(comms, runtime)
 
 
