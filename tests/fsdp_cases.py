@@ -104,7 +104,10 @@ def train(case: dict[str, Any]) -> dict[str, Any]:
         opt.step()
     params = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
     gathered = sum(s.traffic.sent.get("gather", 0) for s in state.last_step.stats) if calls else 0
-    return {"params": params, "calls": [c for e in calls for c in e.calls], "gather_sent": gathered}
+    squeeze = state.runtime.compressor if calls else None
+    residuals = {k: float(v.norm()) for k, v in squeeze.memory.items()} if squeeze is not None else {}
+    return {"params": params, "calls": [c for e in calls for c in e.calls], "gather_sent": gathered,
+            "residuals": residuals}
 
 
 def cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -88,6 +88,7 @@ def test_dgc_sends_its_choice_and_trains_alike_dense_or_rows() -> None:
     for zen_run, dense_run in runs:
         _assert_equal(dense_run["params"], zen_run["params"], 0.0, "dgc zen vs dense")
         assert all(c["sent"] == c["expected"] for c in zen_run["calls"]), zen_run["calls"]
+        assert set(zen_run["residuals"]) == {"<root>"} and zen_run["residuals"]["<root>"] > 0  # error feedback kept
         head = [c for c in zen_run["calls"] if c["dense_bytes"] < 3000]  # the head's group: 3 x 8 + 3 elements
         assert all(c["choice"] == "rows" and c["sent"] < c["dense_bytes"] for c in head), head
 

@@ -20,6 +20,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import zen.fsdp
 from workloads.base import Workload
+from zen.integrations.fsdp import slots, table_units
 
 FSDP, FSDP_BF16 = "fsdp", "fsdp-bf16"
 BASELINES = (FSDP, FSDP_BF16)
@@ -72,10 +73,10 @@ def shard(work: Workload, model: nn.Module, scheme: str, device: torch.device, s
 
 
 def _units(model: nn.Module, tables: set[int]) -> list[nn.Module]:
-    """The modules sharded on their own, innermost first: modules owning only embedding tables, then the items
-    of every nn.ModuleList (the blocks of a transformer)."""
-    owners = [m for m in model.modules() if m is not model and (own := list(m.parameters(recurse=False)))
-              and all(id(p) in tables for p in own)]
+    """The modules sharded on their own, innermost first: the largest modules of embedding tables of one width
+    (zen.integrations.fsdp.table_units: dlrm's collection is one group, not 26), then the items of every
+    nn.ModuleList (the blocks of a transformer)."""
+    owners = table_units(model, slots(model, tables))
     blocks = [item for m in model.modules() if isinstance(m, nn.ModuleList) for item in m
               if any(True for _ in item.parameters()) and item not in owners]
     return [*owners, *blocks]

@@ -368,7 +368,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "every table data-parallel; mixed, the largest table-wise, the rest data-parallel "
                              "(schemes: Zen's, torchrec, torchrec-fp16, none)")
     parser.add_argument("--fsdp", action="store_true",
-                        help="shard the model with FSDP2 (schemes: zen, zen-delta, dense through zen.fsdp; fsdp, fsdp-bf16)")
+                        help="shard the model with FSDP2 (schemes: zen, zen-delta, dense: zen.fsdp; fsdp, fsdp-bf16)")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE on every rank first (registers extra workloads/schemes)")
 

@@ -177,19 +177,19 @@ def shard(model: nn.Module, scheme: str = "zen", compress: str | None = None, de
           **fsdp_kwargs: Any) -> ZenFSDP:
     """Zen as the reduce-scatter of every FSDP module of `model`, in one line.
 
-    A model not yet sharded is sharded here: `fully_shard` on each embedding module (its own parameter group, so
-    its flat gradient is rows of one width), then on the model, with `fsdp_kwargs` (mesh, mp_policy, ...). A model
-    the user sharded keeps its modules. `sparse_params`: the embeddings (as `zen.ZenHookState`'s; default: every
-    nn.Embedding / nn.EmbeddingBag); their groups keep their natural sparsity, `compress` acts on the others.
-    `gather="delta"`: the parameters' all-gathers send only the rows changed since the last one
-    (zen.integrations.fsdp_gather; one unsharded copy per group and rank); None: FSDP's own.
-    Every rank must call it alike; it makes one process group over the mesh's ranks."""
+    A model not yet sharded is sharded here: `fully_shard` on each largest module of embedding tables of one width
+    (`table_units`: its own parameter group, so its flat gradient is rows of that width), then on the model, with
+    `fsdp_kwargs` (mesh, mp_policy, ...). A model the user sharded keeps its modules. `sparse_params`: the
+    embeddings (as `zen.ZenHookState`'s; default: every nn.Embedding / nn.EmbeddingBag); their groups keep their
+    natural sparsity, `compress` acts on the others. `gather="delta"`: the parameters' all-gathers send only the
+    rows changed since the last one (zen.integrations.fsdp_gather; one unsharded copy per group and rank); None:
+    FSDP's own. Every rank must call it alike; it makes one process group over the mesh's ranks."""
     if scheme not in SCHEMES or gather not in GATHERS:
         raise ZenInputError(f"zen.fsdp: unknown scheme {scheme!r} or gather {gather!r}; choose a scheme of "
                             f"{', '.join(SCHEMES)} and a gather of {GATHERS}")
-    tables = _slots(model, {id(p) for p in embedding_params(model if sparse_params is None else sparse_params)})
+    tables = slots(model, {id(p) for p in embedding_params(model if sparse_params is None else sparse_params)})
     if not any(isinstance(m, FSDPModule) for m in model.modules()):
-        for m in [m for m in model.modules() if m is not model and _owns_only(m, tables)]:
+        for m in table_units(model, tables):
             fully_shard(m, **fsdp_kwargs)
         fully_shard(model, **fsdp_kwargs)
     elif fsdp_kwargs:
@@ -218,15 +218,23 @@ def shard(model: nn.Module, scheme: str = "zen", compress: str | None = None, de
 Slot = tuple[int, str]  # a parameter's place: its module (by id) and its name there, which FSDP keeps
 
 
-def _slots(model: nn.Module, ids: set[int]) -> set[Slot]:
+def slots(model: nn.Module, ids: set[int]) -> set[Slot]:
     """Where the parameters `ids` sit in the model: FSDP swaps the tensors, not their places."""
     return {(id(m), name) for m in model.modules() for name, p in m.named_parameters(recurse=False) if id(p) in ids}
 
 
-def _owns_only(module: nn.Module, tables: set[Slot]) -> bool:
-    """Whether a module's own parameters are all embedding tables (it becomes an FSDP module of its own)."""
-    own = [name for name, _ in module.named_parameters(recurse=False)]
-    return bool(own) and all((id(module), name) in tables for name in own)
+def table_units(model: nn.Module, tables: set[Slot]) -> list[nn.Module]:
+    """The largest modules below `model` whose parameters are all embedding tables of one row width: each becomes
+    one FSDP group (one reduce-scatter and one all-gather for all its tables, rows of that width)."""
+    units = []
+    for child in model.children():
+        slots = {(id(m), n): p for m in child.modules() for n, p in m.named_parameters(recurse=False)}
+        widths = {math.prod(p.shape[1:]) for p in slots.values()}
+        if slots and set(slots) <= tables and len(widths) == 1:
+            units.append(child)
+        else:
+            units += table_units(child, tables)
+    return units
 
 
 def _fsdp_state(module: nn.Module) -> Any:

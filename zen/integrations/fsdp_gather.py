@@ -39,9 +39,16 @@ class DeltaAllGather(AllGather):
     def __init__(self, runtime: Runtime, key: str, group_name: str, width: int = 1):
         self.runtime, self.key, self.group_name, self.width = runtime, key, group_name, width
         self.copy: torch.Tensor | None = None  # the last gathered group, the same bits on every rank
+        self.valid = False  # whether `copy` holds a whole gather's result
+        self.mine: torch.Tensor | None = None  # our shard as it was last gathered
 
     def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
+        """FSDP's output buffer is our copy itself: its copy-in writes only our shard there, the other shards stay
+        as last gathered and take the changed rows in place (no copy of the group per call)."""
+        numel = int(torch.Size(size).numel())
+        if self.copy is None or self.copy.numel() != numel or self.copy.dtype != dtype or self.copy.device != device:
+            self.copy, self.valid = torch.empty(numel, dtype=dtype, device=device), False
+        return self.copy.view(*size)
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
                  async_op: bool = False) -> Any:
@@ -55,21 +62,25 @@ class DeltaAllGather(AllGather):
         plan = ChunkPlan(rows.shape[0], width, input_tensor.element_size(), "zen")
         comm.begin_call(code_of(f"fsdp-gather|{width}|{input_tensor.numel()}|{input_tensor.dtype}"), sizes_agreed=True)
         comm.traffic = stats.traffic
-        if self.copy is None or self.copy.shape != output_tensor.shape or self.copy.dtype != output_tensor.dtype:
-            self.copy = torch.empty_like(output_tensor)
+        self.allocate(output_tensor.shape, dtype=output_tensor.dtype, device=output_tensor.device)  # our copy's size
+        if not self.valid or self.mine is None or self.mine.shape != rows.shape:
             message = (torch.empty(0, dtype=INDEX, device=rows.device), rows)
+            self.mine = rows.clone()
         else:
             message = self._changed(rows, plan)
         stats.nnz = int(message[0].shape[0])
         fits = comm.short_receives and (comm.world_size - 1) * plan.bound_bytes <= ROW_BOUND_BYTES
         got = comm.all_gather_v(message, GATHER, bound=plan.bound if fits else None)
+        assert self.copy is not None
         chunks = self.copy.view(comm.world_size, -1, width)
         for j, (ids, values) in enumerate(got):
             if plan.is_dense((ids, values)):
                 chunks[j].copy_(values)
             elif ids.shape[0]:
                 chunks[j].index_copy_(0, ids.long(), values)
-        output_tensor.copy_(self.copy)
+        self.valid = True
+        if output_tensor.data_ptr() != self.copy.data_ptr():
+            output_tensor.copy_(self.copy)
         rt.last_step.parts.append((stats, False))
         rt.last_step.spans.append(clock.stop())
         if async_op:
@@ -79,12 +90,14 @@ class DeltaAllGather(AllGather):
         return None
 
     def _changed(self, rows: torch.Tensor, plan: ChunkPlan) -> tuple[torch.Tensor, torch.Tensor]:
-        """Our rows whose bits differ from our shard in the last gathered copy, or the shard dense."""
-        assert self.copy is not None
-        comm = self.runtime.comm
-        before = self.copy.view(comm.world_size, -1, rows.shape[1])[comm.rank]
+        """Our rows whose bits differ from our shard as last gathered (which they replace there), or the shard
+        dense."""
+        assert self.mine is not None
         bits = _BITS[rows.element_size()]
-        ids = (rows.view(bits) != before.view(bits)).any(dim=1).nonzero().view(-1)
+        ids = (rows.view(bits) != self.mine.view(bits)).any(dim=1).nonzero().view(-1)
         if ids.shape[0] > plan.most_ids:
+            self.mine.copy_(rows)
             return torch.empty(0, dtype=INDEX, device=rows.device), rows
-        return ids.to(INDEX), rows.index_select(0, ids)
+        changed = rows.index_select(0, ids)
+        self.mine.index_copy_(0, ids, changed)
+        return ids.to(INDEX), changed
