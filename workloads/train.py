@@ -422,9 +422,10 @@ def _schemes(args: argparse.Namespace) -> list[str]:
         from workloads.fsdp_mode import is_scheme
         from workloads.fsdp_mode import schemes as fsdp_schemes
 
-        if args.torchrec or [s for s in schemes if not is_scheme(s)] or not schemes:
-            raise ValueError(f"--fsdp runs the schemes {', '.join(fsdp_schemes())}, without --torchrec; got "
-                             f"{args.scheme!r}")
+        if args.torchrec:
+            raise ValueError("--fsdp and --torchrec are two ways to shard a model: choose one")
+        if [s for s in schemes if not is_scheme(s)] or not schemes:
+            raise ValueError(f"--fsdp runs the schemes {', '.join(fsdp_schemes())}; got {args.scheme!r}")
         return schemes
     if args.torchrec:
         from workloads.torchrec_mode import BASELINES, is_scheme
