@@ -98,3 +98,22 @@ def test_group_of_another_mesh_is_refused_on_every_rank() -> None:
     assert all("another mesh" in msg for msg in out), out
     bad = spawn("tests.fsdp_cases:bad_scheme", 2, {}, timeout_s=300)
     assert all("unknown scheme 'allreduce'" in msg for msg in bad), bad
+
+
+def test_zen_train_fsdp_writes_the_ddp_json(tmp_path, monkeypatch) -> None:
+    """`zen train --fsdp`: FSDP's own reduce-scatter, zen and zen-delta side by side in one launch, the DDP runs'
+    JSON; on 2 ranks the same losses (the sums are bitwise FSDP's), the zen schemes' bytes counted, zen-delta's
+    all-gathers among them."""
+    import json
+
+    from workloads.train import main
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    out = tmp_path / "fsdp.json"
+    assert main(["--fsdp", "--workload", "gpt2", "--preset", "tiny", "--world-size", "2", "--steps", "3",
+                 "--warmup", "1", "--scheme", "fsdp,zen,zen-delta", "--out", str(out)]) == 0
+    runs = {r["scheme"]: r["summary"] for r in json.loads(out.read_text())["runs"]}
+    assert set(runs) == {"fsdp", "zen", "zen-delta"}
+    assert runs["fsdp"]["final_loss"] == runs["zen"]["final_loss"] == runs["zen-delta"]["final_loss"], runs
+    assert runs["fsdp"]["bytes_received_per_step"] is None
+    assert 0 < runs["zen"]["bytes_received_per_step"] < runs["zen-delta"]["bytes_received_per_step"], runs
