@@ -21,6 +21,7 @@ include: "workflow/rules/scale.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/kernels.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/fsdp.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/report.smk"
 
@@ -28,6 +29,7 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         RESULTS + "/README.md",
+        fsdp_aggregate(),
 
 
 # Cheap steps run where Snakemake runs, never as cluster jobs.
@@ -45,6 +47,7 @@ localrules:
     aggregate_fig8_sim,
     aggregate_llm_sim,
     aggregate_torchrec,
+    aggregate_fsdp,
     log_bench_wandb,
     plot_figure,
     write_report,

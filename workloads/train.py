@@ -125,6 +125,8 @@ def setup(cfg: TrainConfig, scheme: str, device: torch.device) -> Trainee:
     model = work.model.to(device)
     if cfg.torchrec:
         return _setup_torchrec(cfg, scheme, device, work, model)
+    if cfg.fsdp:
+        return _setup_fsdp(cfg, scheme, device, work, model)
     sparse = _sparse_params(model, work)
     unused = _unused_parameters(model, work, cfg.seed, device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
@@ -155,6 +157,20 @@ def _setup_torchrec(cfg: TrainConfig, scheme: str, device: torch.device, work: W
     torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
     return Trainee(scheme, work, dmp, optimizer, work.batches(rank, world, cfg.seed), step_records(wrapper),
                    data_parallel_tables(dmp), [], torch.get_rng_state())
+
+
+def _setup_fsdp(cfg: TrainConfig, scheme: str, device: torch.device, work: Workload, model: nn.Module) -> Trainee:
+    """The model sharded by FSDP2 with `scheme` (workloads/fsdp_mode.py)."""
+    from workloads.fsdp_mode import COMPRESSED, shard
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    squeeze = hook_settings(cfg, scheme) if scheme in COMPRESSED else {}
+    sharded, state = shard(work, model, scheme, device, {k: v for k, v in squeeze.items() if k != "check_every"})
+    optimizer = torch.optim.SGD(model.parameters(), lr=work.lr)
+    torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
+    last_step = (lambda: state.last_step) if state is not None else None
+    return Trainee(scheme, work, sharded, optimizer, work.batches(rank, world, cfg.seed), last_step, [], [],
+                   torch.get_rng_state())
 
 
 def hook_settings(cfg: TrainConfig, scheme: str) -> dict[str, Any]:
@@ -351,6 +367,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="shard the workload's torchrec embedding collections with DistributedModelParallel: dp, "
                              "every table data-parallel; mixed, the largest table-wise, the rest data-parallel "
                              "(schemes: Zen's, torchrec, torchrec-fp16, none)")
+    parser.add_argument("--fsdp", action="store_true",
+                        help="shard the model with FSDP2 (schemes: zen, zen-delta, dense: zen.fsdp; fsdp, fsdp-bf16)")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE on every rank first (registers extra workloads/schemes)")
 
@@ -382,7 +400,7 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if torchrun and torch.cuda.is_available() else "gloo"
-    mode = f"-torchrec_{args.torchrec}" if args.torchrec else ""
+    mode = f"-torchrec_{args.torchrec}" if args.torchrec else "-fsdp" if args.fsdp else ""
     run_name = f"{args.workload}-{args.preset}{mode}-{'+'.join(schemes)}-P{world}"
     return TrainConfig(
         workload=args.workload, preset=args.preset, schemes=schemes, world_size=world, steps=args.steps,
@@ -394,12 +412,21 @@ def resolve(args: argparse.Namespace, torchrun: bool) -> TrainConfig:
         wandb_mode=args.wandb_mode or os.environ.get("WANDB_MODE") or "offline",
         wandb_project=args.wandb_project,
         wandb_group=args.wandb_group or f"{args.workload}-{args.preset}-P{world}", plugins=list(args.plugin),
-        bandwidth=args.bandwidth, torchrec=args.torchrec)
+        bandwidth=args.bandwidth, torchrec=args.torchrec, fsdp=args.fsdp)
 
 
 def _schemes(args: argparse.Namespace) -> list[str]:
     """The --scheme names, each one this mode runs: PyTorch's hooks under DDP, torchrec's wrapping under DMP."""
     schemes = [s.strip() for s in args.scheme.split(",") if s.strip()]
+    if args.fsdp:
+        from workloads.fsdp_mode import is_scheme
+        from workloads.fsdp_mode import schemes as fsdp_schemes
+
+        if args.torchrec:
+            raise ValueError("--fsdp and --torchrec are two ways to shard a model: choose one")
+        if [s for s in schemes if not is_scheme(s)] or not schemes:
+            raise ValueError(f"--fsdp runs the schemes {', '.join(fsdp_schemes())}; got {args.scheme!r}")
+        return schemes
     if args.torchrec:
         from workloads.torchrec_mode import BASELINES, is_scheme
 

@@ -33,4 +33,5 @@ class TrainConfig:
     wandb_group: str = ""
     plugins: list[str] = field(default_factory=list)
     bandwidth: str | None = None  # emulated per-node link rate (harness/netem.py); None = loopback
+    fsdp: bool = False  # shard the model with FSDP2 (workloads/fsdp_mode.py) instead of DDP
     torchrec: str | None = None  # shard the embedding collections with torchrec's DMP: "dp" | "mixed"; None = DDP

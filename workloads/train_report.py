@@ -76,7 +76,7 @@ def print_table(report: dict[str, Any]) -> None:
     """Medians over the timed steps, with the 25th-75th percentile range of the step time."""
     cfg = report["config"]
     squeeze = f", {cfg['compress']} {cfg['density']:g} on the sparse schemes" if cfg.get("compress") else ""
-    mode = f", torchrec DMP ({cfg['torchrec']})" if cfg.get("torchrec") else ""
+    mode = f", torchrec DMP ({cfg['torchrec']})" if cfg.get("torchrec") else ", FSDP2" if cfg.get("fsdp") else ""
     print(f"{cfg['workload']} ({cfg['preset']}{mode}), {cfg['world_size']} x {cfg['backend']} "
           f"({cfg.get('bandwidth') or 'loopback'}), {cfg['steps']} steps ({cfg['warmup']} warm-up){squeeze}")
     print(f"{'scheme':>13} {'ms/step':>9} {'p25-p75':>15} {'samples/s':>10} {'comm busy':>10} {'exposed':>9} "
