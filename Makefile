@@ -5,6 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.zen-installed
 CORES ?= all
+# The lock pins torch's CPU build (+cpu), which only PyTorch's own index serves: tried when pip's indexes lack it
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 export XDG_CACHE_HOME ?= $(CURDIR)/.cache
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export WANDB_MODE ?= offline
@@ -14,18 +16,22 @@ export HF_HUB_OFFLINE := 1
 
 all: run
 
-$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml scripts/setup_simgrid.sh
+$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --no-deps -r requirements.lock
+	$(PY) -m pip install -q --no-deps -r requirements.lock 2>$(VENV)/pip-lock.err || { \
+		echo "setup: requirements.lock did not install from pip's indexes ($(VENV)/pip-lock.err; torch's +cpu build is served only by PyTorch's CPU index): retrying with --extra-index-url $(TORCH_INDEX)" >&2; \
+		$(PY) -m pip install -q --no-deps --extra-index-url $(TORCH_INDEX) -r requirements.lock; }
 	$(PY) -m pip install -q --no-deps -r requirements-workloads.txt
 	$(PY) -m pip install -q --no-deps -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@# the harness (baselines/, workloads/, harness/, simulator/) runs from this checkout: put it on the venv's path
 	$(PY) -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'zen-checkout.pth').write_text('$(CURDIR)\n')"
-	sh scripts/setup_simgrid.sh $(PY)  # the step simulator's engine (simulator/): SimGrid's Python module
 	touch $(STAMP)
 
+# SimGrid (the step simulator's engine) is optional and checked on every setup, so one installed later is found;
+# without it the line printed says how to get it (SIMGRID_DIST: where a system's module is looked for).
 setup: $(STAMP)
+	@sh scripts/setup_simgrid.sh $(PY) $(SIMGRID_DIST)
 
 # Resumes after an interrupted run (SIGINT or SIGKILL): incomplete outputs are redone, and a lock left by a
 # killed run is released, but only while holding .snakemake/make-run.lock, i.e. when no other `make` runs here.
@@ -43,8 +49,9 @@ validate: setup
 	$(VENV)/bin/snakemake results/figures/sim_validation.png --configfile workflow/config/default.yaml \
 		workflow/config/validation.yaml --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)
 
+# -rs: the reasons of skipped tests (SimGrid missing, no link emulation) in the summary
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 # The loopback benchmark table (4 gloo ranks, 2^24 floats at 1%) in under two minutes; time it on a quiet machine.
 bench-quick: setup
