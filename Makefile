@@ -18,9 +18,12 @@ all: run
 
 $(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# torch first from its own index, then the rest from pip's as configured (an --extra-index-url given here would
+	@# replace the user's own extra indexes, not add to them)
 	$(PY) -m pip install -q --no-deps -r requirements.lock 2>$(VENV)/pip-lock.err || { \
-		echo "setup: requirements.lock did not install from pip's indexes ($(VENV)/pip-lock.err; torch's +cpu build is served only by PyTorch's CPU index): retrying with --extra-index-url $(TORCH_INDEX)" >&2; \
-		$(PY) -m pip install -q --no-deps --extra-index-url $(TORCH_INDEX) -r requirements.lock; }
+		echo "setup: requirements.lock did not install from pip's indexes ($(VENV)/pip-lock.err); torch's +cpu build is served only by PyTorch's CPU index: retrying with torch from $(TORCH_INDEX)" >&2; \
+		$(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) $$(grep '^torch==' requirements.lock) && \
+		$(PY) -m pip install -q --no-deps -r requirements.lock; }
 	$(PY) -m pip install -q --no-deps -r requirements-workloads.txt
 	$(PY) -m pip install -q --no-deps -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
