@@ -441,8 +441,8 @@ def render(config: dict[str, Any], frames: dict[str, pd.DataFrame], figures: lis
     if torchrec is not None and not torchrec.empty:
         lines += [*torchrec_section(torchrec), ""]
     lines += ["Not measured here: Fig 12 (100 Gbps RDMA) needs that network, and Figs 13/14 run a small GPT-2 (the "
-              "`scaled` preset) with DGC top-5%, not the paper's 2-3B-parameter LLMs: both come from the simulator at the "
-              "paper's setting. Fig 17a's tensor-block line is OmniReduce's measured pull.", ""]
+              "`scaled` preset) with DGC top-5%, not the paper's 2-3B-parameter LLMs: both come from the simulator at "
+              "the paper's setting. Fig 17a's tensor-block line is OmniReduce's measured pull.", ""]
     if bench is not None and not bench.empty:
         lines += ["## Headline numbers (microbenchmarks)", "", *bench_headlines(bench), ""]
     made_by = ("[How this was produced](#how-this-was-produced) says which command, code and machine made them "
