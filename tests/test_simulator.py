@@ -437,3 +437,21 @@ def test_a_machine_as_one_endpoint_carries_its_gpus_bytes_and_keeps_the_step() -
     by_machine = simulate("dlrm", sets, rows, nodes, gpus, [25e9], ["allreduce", "zen-bp"], per="machine")[25e9]
     assert by_machine["allreduce"].step_s == pytest.approx(by_gpu["allreduce"].step_s, rel=0.01)
     assert by_machine["zen-bp"].step_s == pytest.approx(by_gpu["zen-bp"].step_s, rel=0.02)
+
+
+@needs_simgrid
+def test_paper_compute_scale_multiplies_the_roofline_and_a_bad_one_exits_2(tmp_path, capsys) -> None:
+    """`--compute-scale`: the compute-only step scales by it exactly (Fig 11's sensitivity rests on that); zero or
+    below is one line and exit 2."""
+    from simulator.cli import main
+    from simulator.paper import simulate
+
+    gen = torch.Generator().manual_seed(1)
+    sets = [torch.randperm(4000, generator=gen)[:120].sort().values for _ in range(4)]
+    one, two = (simulate("dlrm", sets, 4000, 2, 2, [25e9], ["allreduce"], compute_scale=c)[25e9] for c in (1.0, 2.0))
+    assert two["none"].step_s == pytest.approx(2 * one["none"].step_s, rel=1e-9)
+    assert two["allreduce"].step_s > one["allreduce"].step_s
+    (tmp_path / "traces.pt").write_bytes(b"")
+    assert main(["paper", "--profile", str(tmp_path), "--workload", "dlrm", "--compute-scale", "0", "--csv",
+                 str(tmp_path / "o.csv")]) == 2
+    assert capsys.readouterr().err.strip().startswith("python -m simulator: error: --compute-scale must be positive")
