@@ -528,7 +528,7 @@ def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
                 ax.plot(*zip(*marks, strict=True), "k*", ms=10, label="paper" if k == 0 else None)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(range(len(workloads)), workloads)
-        ax.set_ylabel("Zen's throughput over it (whiskers: compute x0.5-2)")
+        ax.set_ylabel("Zen's throughput over it\n(whiskers: compute x0.5-2)")
         ax.set_title(f"Figs 11/12: {rate:g} Gbps, {int(data['nodes'].max())} x 8 GPUs")
     bars = axes[-1]
     top = data[(data["scheme"] == "allreduce") & (data["bandwidth_gbps"] == 25.0) & (data["compute_scale"] == 1.0)]
