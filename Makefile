@@ -5,27 +5,36 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.zen-installed
 CORES ?= all
+# The lock pins torch's CPU build (+cpu), which only PyTorch's own index serves: tried when pip's indexes lack it
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 export XDG_CACHE_HOME ?= $(CURDIR)/.cache
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE := 1
 
-.PHONY: all setup run validate test lint bench-quick clean
+.PHONY: all setup run validate simulated test lint bench-quick clean
 
 all: run
 
-$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml scripts/setup_simgrid.sh
+$(STAMP): requirements.lock requirements-workloads.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --no-deps -r requirements.lock
+	@# torch first from its own index, then the rest from pip's as configured (an --extra-index-url given here would
+	@# replace the user's own extra indexes, not add to them)
+	$(PY) -m pip install -q --no-deps -r requirements.lock 2>$(VENV)/pip-lock.err || { \
+		echo "setup: requirements.lock did not install from pip's indexes ($(VENV)/pip-lock.err); torch's +cpu build is served only by PyTorch's CPU index: retrying with torch from $(TORCH_INDEX)" >&2; \
+		$(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) $$(grep '^torch==' requirements.lock) && \
+		$(PY) -m pip install -q --no-deps -r requirements.lock; }
 	$(PY) -m pip install -q --no-deps -r requirements-workloads.txt
 	$(PY) -m pip install -q --no-deps -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@# the harness (baselines/, workloads/, harness/, simulator/) runs from this checkout: put it on the venv's path
 	$(PY) -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'zen-checkout.pth').write_text('$(CURDIR)\n')"
-	sh scripts/setup_simgrid.sh $(PY)  # the step simulator's engine (simulator/): SimGrid's Python module
 	touch $(STAMP)
 
+# SimGrid (the step simulator's engine) is optional and checked on every setup, so one installed later is found;
+# without it the line printed says how to get it (SIMGRID_DIST: where a system's module is looked for).
 setup: $(STAMP)
+	@sh scripts/setup_simgrid.sh $(PY) $(SIMGRID_DIST)
 
 # Resumes after an interrupted run (SIGINT or SIGKILL): incomplete outputs are redone, and a lock left by a
 # killed run is released, but only while holding .snakemake/make-run.lock, i.e. when no other `make` runs here.
@@ -43,8 +52,21 @@ validate: setup
 	$(VENV)/bin/snakemake results/figures/sim_validation.png --configfile workflow/config/default.yaml \
 		workflow/config/validation.yaml --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)
 
+# The paper's setting simulated (workflow/config/simulated.yaml: Table 1-density traces, Figs 11, 12 and 15 at 16 x 8
+# GPUs with the compute halved and doubled, Fig 8 at 2..128 GPUs, the LLMs of Figs 13/14; about an hour on 2 cores,
+# too long for `make`), then committed under results/simulated/ with its commit, date and command: the report
+# reads it from there and says when the code it came from has changed since.
+SIMULATED := sim_paper sim_fig8 sim_llm sparsity
+simulated: setup
+	@$(PY) -c "import simgrid" 2>/dev/null || { echo "make simulated: needs SimGrid (make setup says how to get it)" >&2; exit 2; }
+	$(VENV)/bin/snakemake $(SIMULATED:%=results/aggregate/%.csv) --configfile workflow/config/default.yaml \
+		workflow/config/simulated.yaml --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)
+	$(PY) workflow/scripts/simulated.py --from results/aggregate --out results/simulated --command "make simulated" \
+		$(SIMULATED)
+
+# -rs: the reasons of skipped tests (SimGrid missing, no link emulation) in the summary
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 # The loopback benchmark table (4 gloo ranks, 2^24 floats at 1%) in under two minutes; time it on a quiet machine.
 bench-quick: setup
@@ -53,5 +75,6 @@ bench-quick: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-clean:
-	rm -rf results/* .snakemake build
+clean:  # keeps the committed simulations (results/simulated)
+	find results -mindepth 1 -maxdepth 1 ! -name simulated -exec rm -rf {} +
+	rm -rf .snakemake build

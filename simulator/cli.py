@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--per", choices=["gpu", "machine"], default="gpu",
                     help="gpu: every GPU its own flows; machine: a machine's GPUs as one endpoint (1/8 of the "
                          "flows: how 1,024 GPUs fit here; docs/simulator.md)")
+    pp.add_argument("--compute-scale", type=float, action="append",
+                    help="the roofline's compute times this (repeatable; default 1): Fig 11's sensitivity to it")
     pp.add_argument("--csv", type=Path, required=True)
     f = sub.add_parser("fig8", help="Fig 8 with latency and contention, from a paper-density trace")
     f.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
@@ -147,8 +149,10 @@ def _run(args: argparse.Namespace) -> int:
 
         if not (args.profile / "traces.pt").is_file():
             raise UsageError(f"--profile {args.profile}: no traces.pt there")
+        if any(c <= 0 for c in args.compute_scale or []):
+            raise UsageError(f"--compute-scale must be positive, got {args.compute_scale}")
         rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
-                     args.schemes.split(","), args.jobs, args.per)
+                     args.schemes.split(","), args.jobs, args.per, tuple(args.compute_scale or [1.0]))
         write_csv(args.csv, rows)
         for r in rows:
             print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "

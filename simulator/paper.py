@@ -63,10 +63,11 @@ def paper_width(s: Setting, rows: int) -> int:
     return max(8, 8 * round(s.embedding_params / rows / 8))
 
 
-def roofline(s: Setting) -> Timeline:
+def roofline(s: Setting, scale: float = 1.0) -> Timeline:
     """V100 step: 6 x dense parameters x tokens FLOPs at V100_UTILIZATION of the peak, a third forward; the
-    dense gradients ready half way through backward, the embedding's at its end (the first layer)."""
-    compute = 6 * s.dense_params * s.tokens / (V100_FLOPS * V100_UTILIZATION)
+    dense gradients ready half way through backward, the embedding's at its end (the first layer). `scale`
+    multiplies the compute: how the step ratios move when the utilization is not the stated one."""
+    compute = scale * 6 * s.dense_params * s.tokens / (V100_FLOPS * V100_UTILIZATION)
     rows = 1  # placeholders: parts() only needs which parameters are sparse
     return Timeline(compute / 3, 2 * compute / 3, 0.0,
                     [Bucket(compute / 3, (Param("dense", (int(s.dense_params),), False),)),
@@ -213,7 +214,7 @@ def variants(name: str) -> list[tuple[str, dict[str, object]]]:
 
 
 def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
-             schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu"
+             schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu", compute_scale: float = 1.0
              ) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
     "none" computing only. Schedules are recorded once and replayed at every rate; zen is whichever of its
@@ -222,7 +223,7 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
     of the flows, so 1,024 GPUs fit SimGrid's sharing solver here; tests hold it against "gpu")."""
     s = SETTINGS[workload]
     width = paper_width(s, rows)
-    t = roofline(s)
+    t = roofline(s, compute_scale)
     world = nodes * gpus
     if len(sets) < world:
         raise ValueError(f"the trace has {len(sets)} workers, fewer than {world} GPUs")
@@ -293,17 +294,18 @@ def step_fields(res: dict[str, StepResult]) -> dict[str, dict[str, float]]:
 
 
 def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str],
-          jobs: int = 1, per: str = "gpu") -> list[dict[str, object]]:
-    """CSV rows: every scheme's simulated step at every machine count and NIC rate, with Zen's speedups over
-    it (throughput, and exposed communication) and the analytical model's communication time beside."""
+          jobs: int = 1, per: str = "gpu", compute_scales: tuple[float, ...] = (1.0,)) -> list[dict[str, object]]:
+    """CSV rows: every scheme's simulated step at every machine count, NIC rate and compute scale (of the
+    roofline's), with Zen's speedups over it (throughput, and exposed communication) and the analytical model's
+    communication time beside."""
     from harness.bench.cluster import load_profile
 
     rows, sets = load_sets(profile / "traces.pt")
     model = load_profile(profile)
     s = SETTINGS[workload]
     out: list[dict[str, object]] = []
-    for nodes in node_counts:
-        results = simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per)
+    for nodes, scale in [(n, c) for n in node_counts for c in compute_scales]:
+        results = simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per, compute_scale=scale)
         models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes}
         for rate, res in results.items():
             for name, fields in step_fields(res).items():
@@ -313,5 +315,5 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
                             **fields, "comm_busy_ms": 1e3 * max(r.comm_busy_s),
                             "samples_per_s": nodes * gpus * s.batch / r.step_s,
                             "model_comm_ms": 1e3 * models[name][rate], "timeline": roofline(s).source,
-                            "width": paper_width(s, rows), "rows": rows, "per": per})
+                            "compute_scale": scale, "width": paper_width(s, rows), "rows": rows, "per": per})
     return out

@@ -20,6 +20,8 @@ import aggregate  # noqa: E402
 import claims  # noqa: E402
 import figures  # noqa: E402
 import report  # noqa: E402
+import sim_claims  # noqa: E402
+import simulated  # noqa: E402
 
 SCHEMES = ["allreduce", "agsparse", "sparcml", "zen"]
 SIMULATOR_FIGURES = {"sim_validation", "sim_paper", "sim_beyond", "sim_fig8", "sim_llm"}
@@ -47,6 +49,20 @@ def test_default_config_dry_run(tmp_path):
     # the step simulator's figures come from `make validate` (workflow/config/validation.yaml), not the default run
     assert jobs["plot_figure"] == len(set(figures.FIGURES) - SIMULATOR_FIGURES)
     assert not {"measure_timeline", "calibrate_messages", "simulate_validation", "simulate_paper"} & set(jobs), jobs
+
+
+def test_default_run_draws_the_committed_simulations(tmp_path):
+    """A clone's results/simulated/ (the paper's setting, committed by `make simulated`) is drawn and reported by
+    the default run, which simulates nothing itself."""
+    committed = {p.stem for p in (REPO / "results" / "simulated").glob("sim_*.csv")}
+    if not committed:
+        pytest.skip("no committed simulation outputs in this checkout")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "simulated").symlink_to(REPO / "results" / "simulated")
+    jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml", "-p")
+    assert jobs["plot_figure"] == len(set(figures.FIGURES) - SIMULATOR_FIGURES) + len(committed), jobs
+    assert "--simulated results/simulated --simgrid" in plan
+    assert not {"simulate_validation", "simulate_paper", "simulate_fig8", "simulate_llm"} & set(jobs), jobs
 
 
 def test_validation_overlay_dry_run(tmp_path):
@@ -396,6 +412,7 @@ def test_gitignore_tracks_the_figures_and_nothing_else_of_results():
 
     assert not ignored("results/README.md")
     assert not ignored("results/figures/fig11_throughput.png") and not ignored("results/figures/fig11_throughput.csv")
+    assert not ignored("results/simulated/sim_paper.csv") and not ignored("results/simulated/provenance.json")
     for path in ("results/aggregate/training.csv", "results/train/lstm/n2.json", "results/figures/x.log",
                  "results/wandb/run/x.csv", "results/logs/plot_figure/fig2_overlap.log"):
         assert ignored(path), path
@@ -414,3 +431,61 @@ def test_beyond_figure_draws_every_rate_and_bp_against_hc():
     ratio = fig.axes[2]
     assert len(ratio.lines) == 3  # a line per rate, and 1.0
     assert list(ratio.lines[0].get_ydata()) == pytest.approx([0.75, 1.5])  # HC faster at 16 machines, BP at 32
+
+
+def test_two_verdicts_put_the_paper_setting_beside_each_measured_claim():
+    """A measured claim gets the simulated verdict of the same claim (all of them where several settings simulate
+    it, marked stale where its frame is); a claim only the simulation reaches comes after, "not measured here"."""
+    here = [claims._row("Fig 11: LSTM throughput, Zen over sparcml", "1.67x", f"1.1{k}x", f"{n} ranks", "short", "cpu")
+            for k, n in enumerate((2, 4))]
+    there = [{**claims._row("Fig 11: LSTM throughput, Zen over sparcml", "1.67x", "1.24x", "16 x 8", "short", "m"),
+              "source": "sim_paper"},
+             {**claims._row("Fig 12: LSTM throughput, Zen over sparcml", "1.44x", "1.40x", "100G", "match", ""),
+              "source": "sim_paper"}]
+    rows = sim_claims.two_verdicts(here, there, stale={"sim_paper"})
+    assert [r["claim"] for r in rows] == [here[0]["claim"], here[0]["claim"], there[1]["claim"]]
+    assert rows[0]["sim"] == "1.24x (16 x 8)" and rows[1]["sim_verdict"] == "short (stale)"
+    assert rows[2]["ours"] == "not measured here" and rows[2]["sim_verdict"] == "match (stale)"
+    table = sim_claims.claims_markdown(rows)
+    assert table[0].count("|") == table[2].count("|") == 9
+
+
+def test_committed_simulations_say_where_they_came_from_and_when_they_are_stale(tmp_path, monkeypatch):
+    """simulated.save records the commit, date and command; load marks the outputs stale once a source they
+    depend on (simulator/, the schemes) changes in a later commit, and not for other files."""
+    monkeypatch.chdir(tmp_path)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "simulator").mkdir()
+    (tmp_path / "simulator" / "paper.py").write_text("A = 1\n")
+    (tmp_path / "agg").mkdir()
+    pd.DataFrame({"x": [1]}).to_csv(tmp_path / "agg" / "sim_paper.csv", index=False)
+    git("add", "simulator")
+    git("commit", "-qm", "one")
+    simulated.save(tmp_path / "agg", ["sim_paper"], tmp_path / "out", "make simulated")
+    frames, notes = simulated.load(tmp_path / "out")
+    assert list(frames) == ["sim_paper"] and "`make simulated`" in notes["sim_paper"]
+    assert "stale" not in notes["sim_paper"]
+    (tmp_path / "README").write_text("docs\n")
+    git("add", "README")
+    git("commit", "-qm", "docs only")
+    assert "stale" not in simulated.load(tmp_path / "out")[1]["sim_paper"]
+    (tmp_path / "simulator" / "paper.py").write_text("A = 2\n")
+    git("commit", "-qam", "the simulator changed")
+    assert "**stale**: 1 source files changed since (e.g. simulator/paper.py)" in simulated.load(tmp_path / "out")[1][
+        "sim_paper"]
+
+
+def test_report_says_not_run_here_without_simgrid(tmp_path):
+    info = {"host": "h", "cpu": "c", "cpus": 2, "memory_gib": 1, "gpus": [], "platform": "p", "python": "3",
+            "torch": "t"}
+    v = pd.DataFrame({"simulated_ms": [105.0, 90.0], "measured_ms": [100.0, 100.0]})
+    sim = sim_claims.Simulated({"sim_validation": v}, {"sim_validation": "git abc, 2026-12-03, `make validate`"},
+                               simgrid=False)
+    text = report.render({"run_name": "t"}, {}, [], None, tmp_path / "README.md", info, "built", "", sim)
+    assert "not run here: SimGrid's Python module is missing" in text
+    assert "- `sim_validation`: git abc, 2026-12-03, `make validate`" in text
+    assert "median 8%, max 10% over 2 cells" in text and "| not measured here |" in text

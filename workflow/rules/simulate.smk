@@ -162,9 +162,12 @@ rule simulate_paper:
             f"--bandwidth {b}" for b in SIM_SETTINGS[wildcards.setting].get("bandwidths", ["25gbit"])),
         schemes=lambda wildcards: csv_list(SIM_SETTINGS[wildcards.setting].get("schemes", [])),
         per=lambda wildcards: SIM_SETTINGS[wildcards.setting].get("per", "gpu"),
+        scales=lambda wildcards: " ".join(
+            f"--compute-scale {c:g}" for c in SIM_SETTINGS[wildcards.setting].get("compute_scales", [1.0])),
     shell:
         "{PY} -m simulator paper --profile {params.folder} --workload {wildcards.workload} --nodes {params.nodes}"
-        " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --per {params.per} --jobs {threads}"
+        " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --per {params.per} {params.scales}"
+        " --jobs {threads}"
         " --csv {output} > {log} 2>&1"
 
 

@@ -497,22 +497,55 @@ def _cell_lines(axes: list[plt.Axes], cells: list[tuple[tuple, pd.DataFrame]], x
 
 
 def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Simulated throughput vs machines per workload and NIC rate, and Zen's communication speedups."""
+    """At the most machines simulated, per NIC rate: Zen's throughput over each baseline by workload (bars at the
+    roofline's compute, whiskers over the compute scales simulated) with the paper's Figs 11/12 values marked;
+    and Zen's communication speedup over AllReduce at 25 Gbps beside the paper's Fig 15."""
+    from claims import PAPER_FIG11, PAPER_FIG15
+    from sim_claims import PAPER_FIG12
+
     df = frames[0]
-    data = df[["workload", "scheme", "nodes", "gpus_per_node", "world_size", "bandwidth_gbps", "samples_per_s",
-               "step_ms", "exposed_comm_ms", "zen_speedup", "zen_comm_speedup", "model_comm_ms"]]
-    cells = list(data.groupby(["workload", "bandwidth_gbps"], sort=True))
-    fig, axes = _panels(len(cells) + 1)
-    _cell_lines(axes, cells, "nodes", "samples_per_s", "machines (x 8 GPUs)", "samples/s (simulated)",
-                lambda workload, rate: f"{workload}, {rate:g} Gbps")
+    df = df.assign(compute_scale=df.get("compute_scale", 1.0))
+    data = df[df["nodes"] == df["nodes"].max()][
+        ["workload", "scheme", "nodes", "gpus_per_node", "world_size", "bandwidth_gbps", "compute_scale",
+         "samples_per_s", "step_ms", "exposed_comm_ms", "zen_speedup", "zen_comm_speedup", "model_comm_ms"]]
+    rates = sorted(data["bandwidth_gbps"].unique())
+    fig, axes = _panels(len(rates) + 1, width=5.0)
+    for ax, rate in zip(axes, rates, strict=False):
+        paper = PAPER_FIG11 if rate == 25.0 else PAPER_FIG12 if rate == 100.0 else {}
+        cell = data[(data["bandwidth_gbps"] == rate) & (data["scheme"] != "zen")]
+        workloads = sorted(cell["workload"].unique())
+        bases = scheme_order(cell["scheme"].unique())
+        width = 0.8 / max(len(bases), 1)
+        for k, base in enumerate(bases):
+            x = np.arange(len(workloads)) + (k - (len(bases) - 1) / 2) * width
+            one = cell[cell["scheme"] == base].groupby("workload")["zen_speedup"]
+            mid = [_at_scale(cell, w, base, 1.0) for w in workloads]
+            lo, hi = one.min().reindex(workloads).to_numpy(), one.max().reindex(workloads).to_numpy()
+            ax.bar(x, mid, width, yerr=[np.array(mid) - lo, hi - np.array(mid)], capsize=2, label=label(base),
+                   color=color(base))
+            marks = [(xi, paper[w][base]) for xi, w in zip(x, workloads, strict=True) if base in paper.get(w, {})]
+            if marks:
+                ax.plot(*zip(*marks, strict=True), "k*", ms=10, label="paper" if k == 0 else None)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(workloads)), workloads)
+        ax.set_ylabel("Zen's throughput over it\n(whiskers: compute x0.5-2)")
+        ax.set_title(f"Figs 11/12: {rate:g} Gbps, {int(data['nodes'].max())} x 8 GPUs")
     bars = axes[-1]
-    top = data[(data["nodes"] == data["nodes"].max()) & (data["scheme"] == "allreduce")]
-    labels = [f"{w}\n{r:g}G" for w, r in zip(top["workload"], top["bandwidth_gbps"], strict=True)]
-    bars.bar(labels, top["zen_comm_speedup"], color="grey")
+    top = data[(data["scheme"] == "allreduce") & (data["bandwidth_gbps"] == 25.0) & (data["compute_scale"] == 1.0)]
+    bars.bar(top["workload"], top["zen_comm_speedup"], color="grey", label="simulated")
+    marks = [(w, PAPER_FIG15[w]) for w in top["workload"] if w in PAPER_FIG15]
+    if marks:
+        bars.plot(*zip(*marks, strict=True), "k*", ms=10, label="paper")
     bars.set_ylabel("Zen's comm speedup over AllReduce")
-    bars.set_title(f"Fig 15 at {int(data['nodes'].max())} machines")
+    bars.set_title("Fig 15 at 25 Gbps")
+    bars.legend(fontsize=7)
     _legend(fig, axes[:-1])
     return fig, data
+
+
+def _at_scale(cell: pd.DataFrame, workload: str, scheme: str, scale: float) -> float:
+    hit = cell[(cell["workload"] == workload) & (cell["scheme"] == scheme) & (cell["compute_scale"] == scale)]
+    return float(hit["zen_speedup"].iloc[0]) if len(hit) else float("nan")
 
 
 def sim_beyond(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
