@@ -104,7 +104,7 @@ def check_server_rows(dev: torch.device, g: torch.Generator) -> None:
         for n in (1, 3, 16, 128, 1024):
             fast = native.server_rows(num_rows, n, family, dev)
             with native.disabled():
-                ref = hashing._server_rows_cached.__wrapped__(num_rows, n, family.seed, "cpu")
+                ref = hashing.build_server_rows(num_rows, n, family.seed, "cpu")
             assert fast is not None and fast[1] == ref[1], f"offsets differ (M={num_rows}, n={n})"
             assert same_bits(fast[0], ref[0]), f"S_j differ (M={num_rows}, n={n})"
 
@@ -117,7 +117,7 @@ def check_bitmap(dev: torch.device, g: torch.Generator) -> None:
             mask = torch.rand(M, generator=g) < density
             out[mask] = torch.randn(int(mask.sum()), D, generator=g).to(dtype)
             with native.disabled():
-                members, offsets = hashing._server_rows_cached.__wrapped__(M, 3, family.seed, "cpu")
+                members, offsets = hashing.build_server_rows(M, 3, family.seed, "cpu")
             for j in range(3):
                 for idx_dtype in (torch.int32, torch.int64):
                     mine = members[offsets[j] : offsets[j + 1]].to(idx_dtype)
@@ -146,7 +146,7 @@ def check_simulate(dev: torch.device, g: torch.Generator) -> None:
             t[0], t[-1] = r + 1, -(r + 1)
             tensors.append(t)
         for scheme in ("zen-bp", "zen-hc"):
-            hashing._server_rows_cached.cache_clear()
+            hashing.TABLES.clear()
             fast = zen.simulate(scheme, [t.to(dev) for t in tensors], seed=3)
             work = [t.to(dev, copy=True) for t in tensors]
             in_place = zen.simulate(scheme, work, seed=3, outs=work)  # out = the input, as in DDP buckets
