@@ -33,15 +33,18 @@ from pathlib import Path
 
 import torch
 
-import zen
-from harness.gpucheck.syncs import judge_syncs
-from harness.gpucheck.table import PASS, Once, Row, exit_status, render, require, run_row, skipped
-from harness.gpucheck.trace import judge_overlap
-from harness.gpucheck.verdicts import judge_hook, judge_race
-from zen import hashing, native
-from zen.encodings import get_encoding
-from zen.grad import LocalGrad
-from zen.native.build import cuda_arch_list, load_extension
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the harness runs from a checkout
+
+import zen  # noqa: E402
+from harness.gpucheck.syncs import judge_syncs  # noqa: E402
+from harness.gpucheck.table import PASS, Once, Row, exit_status, render, require, run_row, skipped  # noqa: E402
+from harness.gpucheck.trace import judge_overlap  # noqa: E402
+from harness.gpucheck.verdicts import judge_hook, judge_race  # noqa: E402
+from zen import hashing, native  # noqa: E402
+from zen.encodings import get_encoding  # noqa: E402
+from zen.grad import LocalGrad  # noqa: E402
+from zen.native.build import cuda_arch_list, load_extension  # noqa: E402
 
 CPU = torch.device("cpu")
 HASH_BITMAP = get_encoding("hash_bitmap")
@@ -226,7 +229,8 @@ def _ranks(target: str, kwargs: dict, ranks: int = 2) -> list:
     from harness.launch import spawn
 
     scripts = str(Path(__file__).resolve().parent)
-    return spawn(f"gpu_cases:{target}", ranks, kwargs, timeout_s=240, env=lambda r: {"PYTHONPATH": scripts})
+    return spawn(f"gpu_cases:{target}", ranks, kwargs, timeout_s=240,
+                 env=lambda r: {"PYTHONPATH": f"{scripts}:{ROOT}"})
 
 
 def hook_rows(traces: Path | None) -> list[Row]:

@@ -25,9 +25,12 @@ from pathlib import Path
 
 import torch
 
-from harness.gpucheck.syncs import judge_syncs
-from harness.gpucheck.table import Once, Row, exit_status, render, require, run_row, skipped
-from harness.gpucheck.verdicts import judge_hook, judge_race
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the harness runs from a checkout
+
+from harness.gpucheck.syncs import judge_syncs  # noqa: E402
+from harness.gpucheck.table import Once, Row, exit_status, render, require, run_row, skipped  # noqa: E402
+from harness.gpucheck.verdicts import judge_hook, judge_race  # noqa: E402
 
 SCRIPTS = str(Path(__file__).resolve().parent)
 
@@ -36,7 +39,7 @@ def ranks(target: str, gpus: int, kwargs: dict | None = None, timeout_s: float =
     from harness.launch import spawn
 
     return spawn(f"gpu_cases:{target}", gpus, kwargs or {}, backend="nccl", timeout_s=timeout_s,
-                 env=lambda r: {"PYTHONPATH": SCRIPTS})
+                 env=lambda r: {"PYTHONPATH": f"{SCRIPTS}:{ROOT}"})
 
 
 def check_schemes(gpus: int) -> str:

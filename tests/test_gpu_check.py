@@ -215,7 +215,7 @@ def test_the_hook_verdict() -> None:
 @pytest.mark.parametrize("script", ["gpu_check.py", "nccl_check.py"])
 def test_the_scripts_exit_2_without_a_gpu(script: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / script)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+                          timeout=300, cwd="/")
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "GPU" in done.stderr
 
@@ -228,6 +228,22 @@ def test_a_failed_kernel_build_is_one_failing_row(monkeypatch: pytest.MonkeyPatc
     assert row.status == FAIL and "no CUDA" in row.detail
     rows = gpu_check.device_rows(torch.device("cpu"), built=False)[:len(gpu_check.KERNEL_CHECKS)]
     assert {r.status for r in rows} == {"SKIP"}
+
+
+def test_the_rank_bodies_import_and_their_probes_reach_the_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race probe replaces zen.ddp.hook.result_future and the overlap control each lane's stream.cuda:
+    if the hook stops making its Future there, or a lane its stream, this fails here rather than on a GPU."""
+    import zen
+    import zen.ddp.hook as hook_module
+    from zen.device import Stream
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import gpu_cases
+
+    assert "result_future(" in inspect.getsource(hook_module.ddp_hook)
+    assert hasattr(Stream(torch.device("cpu")), "cuda") and "stream: Stream" in inspect.getsource(hook_module.Lane)
+    signature = inspect.signature(gpu_cases._with_host_read(zen.ddp_hook))
+    assert signature.parameters["bucket"].annotation is inspect.Parameter.empty
 
 
 # ---- one GPU per rank under NCCL (device count faked: no GPU here) -----------------------------------------------
