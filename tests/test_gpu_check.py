@@ -244,6 +244,10 @@ def test_the_rank_bodies_import_and_their_probes_reach_the_hook(monkeypatch: pyt
     assert hasattr(Stream(torch.device("cpu")), "cuda") and "stream: Stream" in inspect.getsource(hook_module.Lane)
     signature = inspect.signature(gpu_cases._with_host_read(zen.ddp_hook))
     assert signature.parameters["bucket"].annotation is inspect.Parameter.empty
+    probe = gpu_cases._LateFuture(None, 1, None)  # a host tensor passes through: the Future's own mechanics
+    chained = probe.then(lambda fut: fut.value() + 1)
+    probe.set_result(torch.ones(2))
+    assert torch.equal(chained.wait(), torch.full((2,), 2.0))
 
 
 # ---- one GPU per rank under NCCL (device count faked: no GPU here) -----------------------------------------------
