@@ -263,6 +263,7 @@ def test_rank_device_refuses_two_ranks_on_one_gpu(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(RuntimeError, match=r"LOCAL_RANK=2 needs a GPU of its own .* sees 2"):
         launch.rank_device("cpu:gloo,cuda:nccl")
     assert launch.rank_device("gloo") is None and len(chosen) == 1  # gloo ranks may share a GPU
+    assert launch.rank_device("ncclrules") is None  # the NCCL-rules double moves host tensors
 
 
 # ---- CUDA architectures (capabilities faked where a GPU is asked for) ---------------------------------------------
