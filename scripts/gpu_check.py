@@ -229,7 +229,7 @@ def _ranks(target: str, kwargs: dict, ranks: int = 2) -> list:
     from harness.launch import spawn
 
     scripts = str(Path(__file__).resolve().parent)
-    return spawn(f"gpu_cases:{target}", ranks, kwargs, timeout_s=240,
+    return spawn(f"gpu_cases:{target}", ranks, kwargs, timeout_s=180,  # a hang fails its rows within the 8 minutes
                  env=lambda r: {"PYTHONPATH": f"{scripts}:{ROOT}"})
 
 
