@@ -187,12 +187,21 @@ def _wait_all(procs: list[tuple[subprocess.Popen, Any]], timeout_s: float,
 
 def rank_device(backend: str) -> Any:
     """This rank's GPU when its backend carries CUDA tensors (NCCL): cuda:LOCAL_RANK, made current, so that
-    every rank of a node gets its own device (NCCL refuses two ranks on one GPU); None otherwise."""
+    every rank of a node gets its own device; None otherwise. A LOCAL_RANK without a GPU of its own is a
+    RuntimeError here, before the group is made: NCCL does not run two ranks on one GPU, and wrapping ranks
+    around the visible devices would only fail later, inside NCCL. (A caller that binds each rank to one GPU
+    through CUDA_VISIBLE_DEVICES sets that rank's LOCAL_RANK to 0 in spawn's `env`.)"""
     import torch
 
-    if "nccl" not in backend or not torch.cuda.is_available():
-        return None
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    if "nccl" not in backend.replace(",", ":").split(":") or not torch.cuda.is_available():
+        return None  # gloo, or a backend merely named like NCCL (the tests' "ncclrules" double: host tensors)
+    local, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if not 0 <= local < count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        raise RuntimeError(f"harness.launch: the rank with LOCAL_RANK={local} needs a GPU of its own under "
+                           f"{backend}, and this process sees {count} (CUDA_VISIBLE_DEVICES={visible}); NCCL does "
+                           f"not run two ranks on one GPU: start at most {count} ranks on this machine")
+    device = torch.device("cuda", local)
     torch.cuda.set_device(device)
     return device
 

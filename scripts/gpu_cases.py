@@ -3,18 +3,25 @@ one GPU per rank over NCCL), spawned by harness.launch with this folder on PYTHO
 
 from __future__ import annotations
 
-import threading
+import copy
+import json
+import tempfile
 import time
-import warnings
-from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from ddp_user_script import Recommender, train, zipf_ids
+from ddp_user_script import DenseNet, Recommender, train, zipf_ids
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import zen
+import zen.ddp.hook as hook_module
+from harness.gpucheck.syncs import SyncCounter
+from harness.gpucheck.trace import Overlap
+from harness.gpucheck.trace import overlap as trace_overlap
 from harness.reference import matches_reference, reference_sum
 
 
@@ -23,81 +30,175 @@ def device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def hook_vs_ddp(sparse: bool, steps: int = 8) -> dict[str, Any]:
-    """The Recommender trained with DDP's built-in allreduce and with the Zen hook on CUDA tensors."""
+def hook_vs_ddp(sparse: tuple[bool, ...] = (False, True), steps: int = 8) -> dict[bool, dict[str, Any]]:
+    """The Recommender trained with DDP's built-in allreduce and with the Zen hook on CUDA tensors, for dense
+    and COO embedding gradients."""
     dev = str(device())
-    runs = {hook: train(hook, sparse, steps=steps, warmup=2, rows=20_000, device=dev) for hook in ("ddp", "zen")}
-    return {hook: {"losses": r["losses"], "checksum": r["checksum"]} for hook, r in runs.items()}
+    out = {}
+    for coo in sparse:
+        runs = {hook: train(hook, coo, steps=steps, warmup=2, rows=20_000, device=dev) for hook in ("ddp", "zen")}
+        out[coo] = {hook: {"losses": r["losses"], "checksum": r["checksum"]} for hook, r in runs.items()}
+    return out
 
 
-def syncs_per_step(sparse: bool, steps: int = 6) -> dict[str, int]:
-    """Host synchronizations during one steady-state step's backward (torch.cuda.set_sync_debug_mode), by the
-    thread that caused them: backward's own ("autograd"), the hook's lanes ("lane") or others."""
+def _batch(gen: torch.Generator, dev: torch.device, rows: int = 20_000) -> tuple[torch.Tensor, torch.Tensor]:
+    return zipf_ids(gen, rows, (512,)).to(dev), zipf_ids(gen, rows, (512, 20)).to(dev)
+
+
+def _with_host_read(hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """The sync check's negative control: `hook` after one host read of the bucket (but the step's last)."""
+
+    def reading(state, bucket):  # no annotations: DDP's register_comm_hook rejects string ones
+        if not bucket.is_last():
+            float(bucket.buffer().sum())
+        return hook(state, bucket)
+
+    return reading
+
+
+def syncs_per_step(cases: list[tuple[bool, bool]], steps: int = 6) -> list[dict[str, int]]:
+    """Host synchronizations during one steady-state backward (torch.cuda.set_sync_debug_mode), by where they
+    happened (harness.gpucheck.syncs), per case (COO embeddings?, a host read injected in the hook?)."""
+    return [_syncs(sparse, inject, steps) for sparse, inject in cases]
+
+
+def _syncs(sparse: bool, inject: bool, steps: int) -> dict[str, int]:
     dev = device()
     torch.manual_seed(0)
     model = Recommender(20_000, 64, sparse).to(dev)
-    ddp = DDP(model, device_ids=[dev.index])
+    ddp = DDP(model, device_ids=[dev.index], bucket_cap_mb=2)  # several buckets: calls that are not the last
     state = zen.ZenHookState(scheme="zen", sparse_params=model, check_every=0)
+    counter = SyncCounter()
+    ddp.register_comm_hook(state, counter.wrap(_with_host_read(zen.ddp_hook) if inject else zen.ddp_hook))
+    gen = torch.Generator().manual_seed(dist.get_rank())
+    for step in range(steps):
+        loss = ddp(*_batch(gen, dev)).pow(2).mean()
+        if step < steps - 1:
+            loss.backward()
+            continue
+        torch.cuda.synchronize()
+        with counter.counting():
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                loss.backward()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    return dict(counter.counts) | {"buckets": len(state.last_step.spans),
+                                   "rounds": sum(s.traffic.rounds for s in state.last_step.stats),
+                                   "counted_reads": sum(s.traffic.host_reads for s in state.last_step.stats)}
+
+
+class _LateFuture(torch.futures.Future):
+    """The race check's probe: when the hook completes a bucket, its result is poisoned (NaN) on the lane's
+    stream, in memory before the Future completes, and written back only after a long kernel on that stream.
+    Whoever reads the result without waiting for the lane's stream reads NaN. `devices=None` is the negative
+    control: a Future without the stream dependency that DDP needs."""
+
+    def __init__(self, lane: torch.cuda.Stream, cycles: int, devices: list[torch.device] | None):
+        super().__init__(devices=devices)
+        self.lane, self.cycles = lane, cycles
+
+    def set_result(self, result: Any) -> None:
+        if isinstance(result, torch.Tensor) and result.is_cuda and result.layout == torch.strided:
+            with torch.cuda.stream(self.lane):
+                self.lane.wait_stream(torch.cuda.current_stream())
+                saved = result.clone()
+                result.fill_(float("nan"))
+                self.lane.synchronize()
+                torch.cuda._sleep(self.cycles)
+                result.copy_(saved)
+        super().set_result(result)
+
+
+def race(cycles: int = 50_000_000, steps: int = 3) -> dict[str, Any]:
+    """What DDP hands the optimizer, read on the default stream right after backward, against the float64 mean
+    of every rank's local gradients: with the hook's own Future (the check) and with one that lacks the stream
+    dependency (the negative control), both with late writes on the lane's stream (`_LateFuture`)."""
+    return {variant: _race(variant == "control", cycles, steps) for variant in ("check", "control")}
+
+
+def _race(plain: bool, cycles: int, steps: int) -> dict[str, Any]:
+    dev = device()
+    torch.manual_seed(0)
+    model = Recommender(20_000, 64, False).to(dev)
+    local = copy.deepcopy(model)  # this rank's own gradients, no DDP
+    ddp = DDP(model, device_ids=[dev.index], bucket_cap_mb=2)
+    state = zen.ZenHookState(scheme="zen", sparse_params=model, lanes=1)
     ddp.register_comm_hook(state, zen.ddp_hook)
     gen = torch.Generator().manual_seed(dist.get_rank())
-    seen: Counter[str] = Counter()
-    original = warnings.showwarning
+    for _ in range(steps - 1):
+        ddp(*_batch(gen, dev)).pow(2).mean().backward()
+    batch = _batch(gen, dev)
+    model.zero_grad(set_to_none=True)
+    made: list[_LateFuture] = []
 
-    def record(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
-        name = threading.current_thread().name
-        seen["lane" if name.startswith("zen-comm") else "autograd" if name == "MainThread" else name] += 1
+    def late(dev_: torch.device) -> torch.futures.Future:
+        made.append(_LateFuture(state.runtime.lanes[0].stream.cuda, cycles, None if plain else [dev_]))
+        return made[-1]
 
-    for step in range(steps):
-        items, hist = zipf_ids(gen, 20_000, (512,)).to(dev), zipf_ids(gen, 20_000, (512, 20)).to(dev)
-        loss = ddp(items, hist).pow(2).mean()
-        if step == steps - 1:
-            torch.cuda.synchronize()
-            warnings.showwarning = record
-            torch.cuda.set_sync_debug_mode("warn")
-            with warnings.catch_warnings():
-                warnings.simplefilter("always")
-                loss.backward()
-                torch.cuda.set_sync_debug_mode("default")
-            warnings.showwarning = original
-        else:
-            loss.backward()
-    torch.cuda.synchronize()
-    return dict(seen) | {"buckets": len(state.last_step.spans),
-                         "rounds": sum(s.traffic.rounds for s in state.last_step.stats),
-                         "counted_reads": sum(s.traffic.host_reads for s in state.last_step.stats)}
+    with _patched(hook_module, "result_future", late):
+        ddp(*batch).pow(2).mean().backward()
+        read = torch.cat([p.grad.reshape(-1) for p in model.parameters()])  # on the default stream, no wait
+    local(*batch).pow(2).mean().backward()
+    mine = torch.cat([p.grad.reshape(-1) for p in local.parameters()]).double().cpu()
+    every: list[torch.Tensor] = [torch.empty(0)] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    want = torch.stack(every).sum(0) / len(every)
+    got = read.double().cpu()
+    tol = 1e-5 * float(want.abs().max()) + 1e-7
+    wrong = ~torch.isclose(got, want, rtol=1e-4, atol=tol)
+    return {"futures": len(made), "wrong": int(wrong.sum()), "numel": got.numel(),
+            "nan": int(got.isnan().sum()), "worst": float((got - want).abs().nan_to_num(float("inf")).max())}
 
 
-def overlap(steps: int = 6) -> dict[str, float]:
-    """A torch.profiler timeline of one step: how much of the hook's work on its lane stream runs while
-    backward's kernels are still running on the default stream (ms)."""
+@contextmanager
+def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def overlap(steps: int = 4, trace_dir: str | None = None) -> dict[str, Overlap]:
+    """A torch.profiler timeline of one backward of a 50M-parameter MLP whose buckets all go through the hook
+    (flat zen): the overlap of the lanes' device work with backward's (harness.gpucheck.trace), for the hook
+    as it is (the check) and lane-free (the negative control: every bucket inside the hook call, on
+    backward's own stream)."""
+    return {variant: _overlap(variant == "control", steps, trace_dir) for variant in ("check", "control")}
+
+
+def _overlap(lane_free: bool, steps: int, trace_dir: str | None) -> Overlap:
     from torch.profiler import ProfilerActivity, profile
 
     dev = device()
     torch.manual_seed(0)
-    model = Recommender(200_000, 64, False).to(dev)
+    model = DenseNet().to(dev)
     ddp = DDP(model, device_ids=[dev.index])
-    ddp.register_comm_hook(zen.ZenHookState(scheme="zen", sparse_params=model), zen.ddp_hook)
-    gen = torch.Generator().manual_seed(dist.get_rank())
-    default_stream = torch.cuda.current_stream(dev).stream_id
-    for step in range(steps):
-        items, hist = zipf_ids(gen, 200_000, (4096,)).to(dev), zipf_ids(gen, 200_000, (4096, 20)).to(dev)
-        if step < steps - 1:
-            ddp(items, hist).pow(2).mean().backward()
-            continue
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            ddp(items, hist).pow(2).mean().backward()
+    state = zen.ZenHookState(scheme="zen")
+    ddp.register_comm_hook(state, zen.ddp_hook)
+    x = torch.randn(8192, 2048, generator=torch.Generator().manual_seed(dist.get_rank())).to(dev)
+    for _ in range(steps - 1):
+        ddp(x).pow(2).mean().backward()
+    if lane_free:
+        state.asynchronous = False
+        for lane in state.runtime.lanes:
+            lane.stream.cuda = torch.cuda.current_stream(dev)
+    loss = ddp(x).pow(2).mean()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:  # device work only: what the overlap reads
+        for stream in [torch.cuda.current_stream(dev)] + [lane.stream.cuda for lane in state.runtime.lanes]:
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(1000)  # the marker naming this stream in the trace
             torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    main = [e for e in kernels if getattr(e, "stream", default_stream) == default_stream]
-    lane = [e for e in kernels if getattr(e, "stream", default_stream) != default_stream]
-    if not main or not lane:
-        return {"backward_ms": 0.0, "lane_ms": 0.0, "lane_during_backward_ms": 0.0}
-    end = max(e.time_range.end for e in main)
-    during = sum(max(0, min(e.time_range.end, end) - e.time_range.start) for e in lane if e.time_range.start < end)
-    span = end - min(e.time_range.start for e in main)
-    return {"backward_ms": span / 1e3, "lane_ms": sum(e.time_range.elapsed_us() for e in lane) / 1e3,
-            "lane_during_backward_ms": during / 1e3}
+        loss.backward()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(trace_dir or tmp, f"overlap-{'control' if lane_free else 'check'}-rank{dist.get_rank()}.json")
+        prof.export_chrome_trace(str(path))
+        return trace_overlap(json.loads(path.read_text()))
 
 
 def schemes_lossless(names: list[str]) -> dict[str, Any]:

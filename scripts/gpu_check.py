@@ -1,17 +1,24 @@
 #!/usr/bin/env python
-"""One-shot check of Zen on one CUDA GPU (a few minutes).
+"""One-shot check of Zen on one CUDA GPU: one command, one table, each check beside a negative control.
 
-Builds the CUDA extension, compares every kernel with the torch-op reference computed on the CPU
-(ZEN_NATIVE=0) on fresh random and adversarial inputs (index 0, last index, empty, full density,
-duplicates, -0.0 / NaN, full serial regions), runs whole zen-bp and zen-hc syncs (also in place) on
-CUDA tensors against CPU ones, every compressor on CUDA tensors, and the DDP hook on CUDA tensors (2 gloo
-ranks sharing the GPU: loss and parameters against DDP's own allreduce, host synchronizations per step by
-thread under torch.cuda.set_sync_debug_mode, and a torch.profiler timeline of how much of the hook's lane
-stream runs while backward does), then times the kernels at the paper's DeepFM size (214M elements, 5.2%
-density) and prints a table last. One GPU cannot run multi-rank NCCL: scripts/nccl_check.py does, on >= 2.
-Exit status: 0 all checks passed, 1 a check failed, 2 no CUDA.
+Builds the CUDA kernels (a failed build, or one whose architectures miss this GPU, is one failing row; the
+kernel rows then say they did not run), compares every kernel with the torch-op reference computed on the CPU
+(ZEN_NATIVE=0) on random and adversarial inputs (index 0, last index, empty, full density, duplicates,
+-0.0 / NaN, full serial regions), runs whole zen-bp and zen-hc syncs (also in place) on CUDA tensors against
+CPU ones and every compressor on CUDA tensors. Then the DDP hook on CUDA tensors, 2 gloo ranks sharing the GPU,
+each check with a deliberately broken variant that it must reject (harness.gpucheck.table):
+- the hook against DDP's own allreduce (loss curve and parameters, dense and COO embeddings);
+- host syncs (torch.cuda.set_sync_debug_mode) inside the hook's calls on backward's thread, which on a GPU
+  is autograd's device thread; control: the same hook after one injected host read;
+- the race: bucket results poisoned and written late on the lane's stream, and what DDP hands the optimizer,
+  read on the default stream at once, against the mean of the ranks' gradients; control: a Future without
+  the stream dependency;
+- the overlap: a profiler trace of one backward, the lanes' device work on streams of their own while
+  backward's stream is busy; control: the hook lane-free (inline, on backward's stream).
+Kernel timings are `zen kernels-bench --device cuda`; multi-rank NCCL is scripts/nccl_check.py (>= 2 GPUs).
+Exit status: 0 every row passed, 1 a row failed, 2 no CUDA (or bad arguments).
 
-    python scripts/gpu_check.py [--numel N] [--density D] [--json FILE]
+    python scripts/gpu_check.py [--json FILE] [--traces DIR]
 """
 
 from __future__ import annotations
@@ -20,18 +27,24 @@ import argparse
 import json
 import sys
 import time
-import traceback
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-import zen
-from zen import hashing, native
-from zen.encodings import get_encoding
-from zen.grad import LocalGrad
-from zen.native import bench
-from zen.native.build import load_extension
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the harness runs from a checkout
+
+import zen  # noqa: E402
+from harness.gpucheck.syncs import judge_syncs  # noqa: E402
+from harness.gpucheck.table import PASS, Once, Row, exit_status, render, require, run_row, skipped  # noqa: E402
+from harness.gpucheck.trace import judge_overlap  # noqa: E402
+from harness.gpucheck.verdicts import judge_hook, judge_race  # noqa: E402
+from zen import hashing, native  # noqa: E402
+from zen.encodings import get_encoding  # noqa: E402
+from zen.grad import LocalGrad  # noqa: E402
+from zen.native.build import cuda_arch_list, load_extension  # noqa: E402
 
 CPU = torch.device("cpu")
 HASH_BITMAP = get_encoding("hash_bitmap")
@@ -62,16 +75,16 @@ def check_hash(dev: torch.device, g: torch.Generator) -> None:
     for dtype in (torch.int32, torch.int64):
         for index in index_cases(dtype, g):
             want = torch.stack([family.hash32(index, lv) for lv in range(family.k + 1)]).view(family.k + 1, -1)
-            assert torch.equal(native.hash_values(index.to(dev), family).cpu(), want), "hash32 differs"
+            require(torch.equal(native.hash_values(index.to(dev), family).cpu(), want), "hash32 differs")
             for n in (1, 7, 128, 2000):  # 2000: the global-atomics histogram path
                 for r1_factor, r2_ratio in ((2.0, 0.1), (0.02, 0.01)):
                     fast = hashing.hierarchical_hash(index.to(dev), n, family, r1_factor, r2_ratio)
                     with native.disabled():
                         ref = hashing.hierarchical_hash(index, n, family, r1_factor, r2_ratio)
-                    assert fast.counts == ref.counts, f"counts differ (n={n}, {dtype})"
-                    assert torch.equal(fast.order.cpu().sort().values, torch.arange(index.numel())), "lost rows"
-                    assert torch.equal(membership(fast.order, fast.counts, index),
-                                       membership(ref.order, ref.counts, index)), f"membership differs (n={n})"
+                    require(fast.counts == ref.counts, f"counts differ (n={n}, {dtype})")
+                    require(torch.equal(fast.order.cpu().sort().values, torch.arange(index.numel())), "lost rows")
+                    require(torch.equal(membership(fast.order, fast.counts, index),
+                                        membership(ref.order, ref.counts, index)), f"membership differs (n={n})")
 
 
 def dense_cases(M: int, D: int, dtype: torch.dtype, g: torch.Generator) -> list[torch.Tensor]:
@@ -94,8 +107,8 @@ def check_extract(dev: torch.device, g: torch.Generator) -> None:
                     got = LocalGrad(host.shape[0], D, dtype, dev, dense=on_dev).rows()
                     with native.disabled():
                         want = LocalGrad(host.shape[0], D, dtype, CPU, dense=host).rows()
-                    assert torch.equal(got[0].cpu(), want[0]), f"row ids differ ({dtype}, M={M}, D={D})"
-                    assert same_bits(got[1], want[1]), f"values differ ({dtype}, M={M}, D={D})"
+                    require(torch.equal(got[0].cpu(), want[0]), f"row ids differ ({dtype}, M={M}, D={D})")
+                    require(same_bits(got[1], want[1]), f"values differ ({dtype}, M={M}, D={D})")
 
 
 def check_server_rows(dev: torch.device, g: torch.Generator) -> None:
@@ -104,9 +117,9 @@ def check_server_rows(dev: torch.device, g: torch.Generator) -> None:
         for n in (1, 3, 16, 128, 1024):
             fast = native.server_rows(num_rows, n, family, dev)
             with native.disabled():
-                ref = hashing._server_rows_cached.__wrapped__(num_rows, n, family.seed, "cpu")
-            assert fast is not None and fast[1] == ref[1], f"offsets differ (M={num_rows}, n={n})"
-            assert same_bits(fast[0], ref[0]), f"S_j differ (M={num_rows}, n={n})"
+                ref = hashing.build_server_rows(num_rows, n, family.seed, "cpu")
+            require(fast is not None and fast[1] == ref[1], f"offsets differ (M={num_rows}, n={n})")
+            require(same_bits(fast[0], ref[0]), f"S_j differ (M={num_rows}, n={n})")
 
 
 def check_bitmap(dev: torch.device, g: torch.Generator) -> None:
@@ -117,7 +130,7 @@ def check_bitmap(dev: torch.device, g: torch.Generator) -> None:
             mask = torch.rand(M, generator=g) < density
             out[mask] = torch.randn(int(mask.sum()), D, generator=g).to(dtype)
             with native.disabled():
-                members, offsets = hashing._server_rows_cached.__wrapped__(M, 3, family.seed, "cpu")
+                members, offsets = hashing.build_server_rows(M, 3, family.seed, "cpu")
             for j in range(3):
                 for idx_dtype in (torch.int32, torch.int64):
                     mine = members[offsets[j] : offsets[j + 1]].to(idx_dtype)
@@ -125,14 +138,14 @@ def check_bitmap(dev: torch.device, g: torch.Generator) -> None:
                     with native.disabled():
                         (ref_payload, ref_values), ref_count = HASH_BITMAP.encode(out, mine, torch.int32)
                         ref_ids = HASH_BITMAP.decode(ref_payload, mine, M)
-                    assert count == ref_count and same_bits(payload, ref_payload), f"bitmap differs ({dtype}, M={M})"
-                    assert same_bits(values, ref_values), f"encoded values differ ({dtype}, M={M})"
+                    require(count == ref_count and same_bits(payload, ref_payload), f"bitmap differs ({dtype}, M={M})")
+                    require(same_bits(values, ref_values), f"encoded values differ ({dtype}, M={M})")
                     ids = HASH_BITMAP.decode(payload, mine.to(dev), M)
-                    assert same_bits(ids, ref_ids), f"decode differs ({dtype}, M={M})"
+                    require(same_bits(ids, ref_ids), f"decode differs ({dtype}, M={M})")
                     got = torch.full((M, D), 7, dtype=dtype, device=dev)
-                    assert native.scatter_hash_bitmap(got, payload, mine.to(dev), values)
+                    require(native.scatter_hash_bitmap(got, payload, mine.to(dev), values), "scatter did not run")
                     want = torch.full((M, D), 7, dtype=dtype).index_copy_(0, ref_ids.long(), ref_values)
-                    assert same_bits(got, want), f"scatter differs ({dtype}, M={M})"
+                    require(same_bits(got, want), f"scatter differs ({dtype}, M={M})")
 
 
 def check_simulate(dev: torch.device, g: torch.Generator) -> None:
@@ -146,60 +159,16 @@ def check_simulate(dev: torch.device, g: torch.Generator) -> None:
             t[0], t[-1] = r + 1, -(r + 1)
             tensors.append(t)
         for scheme in ("zen-bp", "zen-hc"):
-            hashing._server_rows_cached.cache_clear()
+            hashing.TABLES.clear()
             fast = zen.simulate(scheme, [t.to(dev) for t in tensors], seed=3)
             work = [t.to(dev, copy=True) for t in tensors]
             in_place = zen.simulate(scheme, work, seed=3, outs=work)  # out = the input, as in DDP buckets
             with native.disabled():
                 ref = zen.simulate(scheme, tensors, seed=3)
             for a, b, c in zip(fast.outputs, in_place.outputs, ref.outputs, strict=True):
-                assert same_bits(a, c), f"{scheme} output differs ({dtype})"
-                assert same_bits(b, c), f"{scheme} in-place output differs ({dtype})"
-            assert fast.bytes_received == ref.bytes_received == in_place.bytes_received, f"{scheme} bytes differ"
-
-
-def _ranks(target: str, kwargs: dict, ranks: int = 2) -> list:
-    """`target` of scripts/gpu_cases.py on `ranks` gloo ranks sharing this GPU."""
-    from harness.launch import spawn
-
-    scripts = str(Path(__file__).resolve().parent)
-    return spawn(f"gpu_cases:{target}", ranks, kwargs, timeout_s=600, env=lambda r: {"PYTHONPATH": scripts})
-
-
-def check_ddp_hook(dev: torch.device, g: torch.Generator) -> str:
-    """The DDP hook on CUDA tensors: 2 gloo ranks sharing the GPU train the Recommender with dense and COO
-    embeddings; the hook's loss curve and parameters match DDP's built-in allreduce."""
-    worst = 0.0
-    for sparse in (False, True):
-        ranks = _ranks("hook_vs_ddp", {"sparse": sparse})
-        ref, ours = ranks[0]["ddp"], ranks[0]["zen"]
-        assert ours["checksum"] == ranks[1]["zen"]["checksum"], "parameters differ across ranks"
-        diff = max(abs(a - b) for a, b in zip(ref["losses"], ours["losses"], strict=True))
-        assert diff <= 1e-4 * max(1.0, abs(ref["losses"][0])), f"loss curve differs by {diff} (sparse={sparse})"
-        gap = abs(ref["checksum"] - ours["checksum"]) / max(1.0, abs(ref["checksum"]))
-        assert gap <= 1e-5, f"parameters differ from DDP's by {gap:.2e} (relative, sparse={sparse})"
-        worst = max(worst, diff, gap)
-    return f"largest loss / parameter difference {worst:.1e}"
-
-
-def check_syncs(dev: torch.device, g: torch.Generator) -> str:
-    """Host synchronizations in one steady-state backward, by thread: none may sit on backward's thread (its
-    stream would wait for every kernel queued so far); the lanes' come from gloo's host staging and the
-    communicator's one read per exchange round."""
-    out = []
-    for sparse in (False, True):
-        got = _ranks("syncs_per_step", {"sparse": sparse})[0]
-        out.append(f"{'COO' if sparse else 'dense'}: autograd {got.get('autograd', 0)}, lanes {got.get('lane', 0)} "
-                   f"({got['buckets']} buckets, {got['rounds']} rounds, {got['counted_reads']} counted reads)")
-        assert got.get("autograd", 0) == 0, f"host syncs on backward's thread: {got}"
-    return "; ".join(out)
-
-
-def check_overlap(dev: torch.device, g: torch.Generator) -> str:
-    got = _ranks("overlap", {})[0]
-    assert got["lane_ms"] > 0, "no work on the hook's lane stream"
-    return (f"lane stream {got['lane_ms']:.2f} ms, of it {got['lane_during_backward_ms']:.2f} ms while backward's "
-            f"{got['backward_ms']:.2f} ms ran")
+                require(same_bits(a, c), f"{scheme} output differs ({dtype})")
+                require(same_bits(b, c), f"{scheme} in-place output differs ({dtype})")
+            require(fast.bytes_received == ref.bytes_received == in_place.bytes_received, f"{scheme} bytes differ")
 
 
 def check_compressors(dev: torch.device, g: torch.Generator) -> str:
@@ -213,60 +182,105 @@ def check_compressors(dev: torch.device, g: torch.Generator) -> str:
         sent = [t.clone() for t in tensors]  # what each compressor chose, from a twin with the same state
         twin = zen.simulate("allreduce", sent, compress=name, density=0.02, validate=False)
         for a, b in zip(res.outputs, twin.outputs, strict=True):
-            assert a.is_cuda and torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6), name
+            require(a.is_cuda and torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6), name)
     return ", ".join(compressors())
 
 
-CHECKS: list[tuple[str, Callable[[torch.device, torch.Generator], str | None]]] = [
+Check = Callable[[torch.device, torch.Generator], "str | None"]
+KERNEL_CHECKS: list[tuple[str, Check]] = [  # compare the CUDA kernels with the CPU's torch ops
     ("hash values + hierarchical hashing", check_hash),
     ("non-zero extraction", check_extract),
     ("S_j (server_rows)", check_server_rows),
     ("hash bitmap encode / decode / scatter", check_bitmap),
+]
+DEVICE_CHECKS: list[tuple[str, Check]] = [  # CUDA tensors against CPU ones, with or without the kernels
     ("zen-bp and zen-hc syncs (and in place), CUDA vs CPU reference", check_simulate),
     ("every compressor on CUDA tensors", check_compressors),
-    ("DDP hook on CUDA tensors, 2 gloo ranks on one GPU, vs DDP's allreduce", check_ddp_hook),
-    ("host synchronizations per step (set_sync_debug_mode)", check_syncs),
-    ("profiler: the hook's lane stream overlapping backward", check_overlap),
 ]
 
 
-def main() -> int:
+def build_row() -> Row:
+    """The CUDA kernels built (or loaded) for this GPU: a failure is this row, never an abort."""
+
+    def build() -> str:
+        start = time.perf_counter()
+        load_extension("cuda")
+        major, minor = torch.cuda.get_device_capability()
+        return (f"{time.perf_counter() - start:.0f} s, TORCH_CUDA_ARCH_LIST={cuda_arch_list()}, "
+                f"{torch.cuda.get_device_name()} (compute {major}.{minor})")
+
+    return run_row("CUDA kernels build and cover this GPU", build)
+
+
+def device_rows(dev: torch.device, built: bool) -> list[Row]:
+    rows = []
+    for k, (name, fn) in enumerate(KERNEL_CHECKS + DEVICE_CHECKS):
+        if not built and (name, fn) in KERNEL_CHECKS:
+            rows.append(skipped(name, "not run: no CUDA kernels (see the build row)"))
+            continue
+        rows.append(run_row(name, lambda fn=fn, k=k: fn(dev, torch.Generator().manual_seed(k)) or ""))
+        hashing.TABLES.clear()
+        _progress(rows[-1])
+    return rows
+
+
+def _ranks(target: str, kwargs: dict, ranks: int = 2) -> list:
+    """`target` of scripts/gpu_cases.py on `ranks` gloo ranks sharing this GPU."""
+    from harness.launch import spawn
+
+    scripts = str(Path(__file__).resolve().parent)
+    return spawn(f"gpu_cases:{target}", ranks, kwargs, timeout_s=180,  # a hang fails its rows within the 8 minutes
+                 env=lambda r: {"PYTHONPATH": f"{scripts}:{ROOT}"})
+
+
+def hook_rows(traces: Path | None) -> list[Row]:
+    """The DDP hook on CUDA tensors, 2 gloo ranks on one GPU: each check beside its negative control."""
+    hook = Once(lambda: _ranks("hook_vs_ddp", {}))
+    syncs = Once(lambda: _ranks("syncs_per_step", {"cases": [(False, False), (True, False), (False, True)]})[0])
+    race = Once(lambda: _ranks("race", {})[0])
+    overlap = Once(lambda: _ranks("overlap", {"trace_dir": str(traces) if traces else None})[0])
+    rows = []
+    for name, check, control in [
+        ("DDP hook vs DDP's allreduce (dense and COO embeddings)", lambda: judge_hook(hook()), None),
+        ("no host sync in hook calls on backward's thread (dense; COO)",
+         lambda: "; ".join(judge_syncs(c) for c in syncs()[:2]), lambda: judge_syncs(syncs()[2])),
+        ("DDP reads bucket results only after the lane's stream wrote them",
+         lambda: judge_race(race()["check"]), lambda: judge_race(race()["control"])),
+        ("the lanes' device work overlaps backward's (profiler trace)",
+         lambda: judge_overlap(overlap()["check"]), lambda: judge_overlap(overlap()["control"])),
+    ]:
+        rows.append(run_row(name, check, control))
+        _progress(rows[-1])
+    return rows
+
+
+def _progress(row: Row) -> None:
+    print(f"{row.status}  {row.name} ({row.seconds:.0f} s)", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--numel", type=int, default=bench.PAPER_NUMEL)
-    parser.add_argument("--density", type=float, default=bench.PAPER_DENSITY)
-    parser.add_argument("--json", type=Path, default=None, help="write check results and timing rows here")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
+    parser.add_argument("--traces", type=Path, default=None, help="keep the overlap check's profiler traces here")
+    args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("gpu_check: CUDA is not available (torch", torch.__version__, "sees no GPU); nothing to check. "
-              "Run this on a CUDA machine; CI covers the kernels with `python -m zen.native.compile_check`.")
+        print(f"gpu_check: CUDA is not available (torch {torch.__version__} sees no GPU); nothing to check. Run it "
+              "on a CUDA machine; CI covers the kernels with `python -m zen.native.compile_check`.", file=sys.stderr)
         return 2
-    dev = torch.device("cuda")
     start = time.perf_counter()
-    load_extension("cuda")  # raises with the compiler output if the build fails
-    print(f"built the CUDA kernels in {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name(dev)}")
-    results = []
-    for name, fn in CHECKS:
-        t = time.perf_counter()
-        try:
-            detail = fn(dev, torch.Generator().manual_seed(len(results)))
-            results.append((name, "PASS", detail or ""))
-        except Exception as exc:
-            traceback.print_exc()
-            results.append((name, "FAIL", f"{type(exc).__name__}: {exc}"))
-        print(f"{results[-1][1]}  {name} ({time.perf_counter() - t:.1f} s)", flush=True)
+    if args.traces:
+        args.traces.mkdir(parents=True, exist_ok=True)
+    rows = [build_row()]
+    _progress(rows[0])
+    rows += device_rows(torch.device("cuda"), built=rows[0].status == PASS)
     torch.cuda.empty_cache()
-    timing = argparse.Namespace(device="cuda", numel=args.numel, density=args.density, servers=16,
-                                dtype="float32", k=3, r1_factor=2.0, r2_ratio=0.1, repeats=5, no_reference=False,
-                                threads=None, seed=0)
-    rows = bench.Bench(timing, dev).main_rows()
-    print(f"\n# checks ({time.perf_counter() - start:.0f} s total)")
-    for name, status, why in results:
-        print(f"{status}  {name}{'  ' + why if why else ''}")
-    print(f"\n# timings: {args.numel:,} x float32, density {args.density:g}, n=16 (median of 5)")
-    bench.print_table(rows)
+    rows += hook_rows(args.traces)
+    print(f"\n# gpu_check: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+          f"{time.perf_counter() - start:.0f} s")
+    print(render(rows))
     if args.json:
-        args.json.write_text(json.dumps({"checks": results, "rows": rows}, indent=1))
-    return 0 if all(status == "PASS" for _, status, _ in results) else 1
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    return exit_status(rows)
 
 
 if __name__ == "__main__":

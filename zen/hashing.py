@@ -12,16 +12,17 @@ that never overflow, so the C++/CUDA kernels reproduce them bit for bit with uin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
 from zen import native
 from zen.bits import set_bits
 from zen.device import accelerated
+from zen.tablecache import TableCache
 
 MASK32 = 0xFFFFFFFF
 MAX_ROWS = 1 << 32
+TABLES = TableCache()  # S_j, its bits and rank lookups per tensor size: zen.tablecache (usage, clear)
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -142,8 +143,8 @@ def _serial_append(pending: torch.Tensor, part: torch.Tensor, n: int, r2: int) -
     return tab, spilled
 
 
-@lru_cache(maxsize=16)
-def _server_rows_cached(num_rows: int, n: int, seed: int, device: str) -> tuple[torch.Tensor, tuple[int, ...]]:
+def build_server_rows(num_rows: int, n: int, seed: int, device: str) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """S_j for every server, built now (not cached): what `server_rows` caches."""
     family = HashFamily.from_seed(seed)
     if (fast := native.server_rows(num_rows, n, family, device)) is not None:
         return fast
@@ -167,8 +168,15 @@ def server_rows(
     return _server_rows_cached(num_rows, n, family.seed, str(device))
 
 
-@lru_cache(maxsize=4)
+def _server_rows_cached(num_rows: int, n: int, seed: int, device: str) -> tuple[torch.Tensor, tuple[int, ...]]:
+    return TABLES.get(device, ("rows", num_rows, n, seed), lambda: build_server_rows(num_rows, n, seed, device))
+
+
 def _server_bits_cached(num_rows: int, n: int, seed: int, device: str) -> torch.Tensor:
+    return TABLES.get(device, ("bits", num_rows, n, seed), lambda: _build_server_bits(num_rows, n, seed, device))
+
+
+def _build_server_bits(num_rows: int, n: int, seed: int, device: str) -> torch.Tensor:
     members, offsets = _server_rows_cached(num_rows, n, seed, device)
     words = -(-num_rows // 64)
     packed = torch.zeros(n, words * 8, dtype=torch.uint8, device=device)
@@ -213,8 +221,12 @@ class ServerRanks:
         return self.base.index_select(0, byte) + self.below.index_select(0, key)
 
 
-@lru_cache(maxsize=16)
 def _server_ranks_cached(num_rows: int, n: int, seed: int, device: str, server: int) -> ServerRanks:
+    return TABLES.get(device, ("ranks", num_rows, n, seed, server),
+                      lambda: _build_server_ranks(num_rows, n, seed, device, server))
+
+
+def _build_server_ranks(num_rows: int, n: int, seed: int, device: str, server: int) -> ServerRanks:
     members, offsets = _server_rows_cached(num_rows, n, seed, device)
     mine = members[offsets[server] : offsets[server + 1]].long()
     bits = set_bits(mine, num_rows)

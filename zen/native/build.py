@@ -67,6 +67,50 @@ def cuda_arch_list() -> str:
     return ";".join(names[:-1] + [names[-1] + "+PTX"])
 
 
+NAMED_ARCHS = {  # the names TORCH_CUDA_ARCH_LIST takes, as torch expands them (compound names first)
+    "Kepler+Tesla": "3.7", "Maxwell+Tegra": "5.3", "Volta+Tegra": "7.2", "Ampere+Tegra": "8.7",
+    "Blackwell+Tegra": "11.0", "Kepler": "3.5+PTX", "Maxwell": "5.0;5.2+PTX", "Pascal": "6.0;6.1+PTX",
+    "Volta": "7.0+PTX", "Turing": "7.5+PTX", "Ampere": "8.0;8.6+PTX", "Ada": "8.9+PTX", "Hopper": "9.0+PTX",
+    "Blackwell": "10.0;10.3;12.0;12.1+PTX"}
+
+
+def arch_covers(arch_list: str, capability: tuple[int, int]) -> bool:
+    """Whether kernels built for `arch_list` (TORCH_CUDA_ARCH_LIST's syntax: "8.0;8.6+PTX", "9.0a", "Hopper",
+    separated by ";" or spaces) run on a GPU of compute `capability`: machine code for X.Y runs on X.Z with
+    Z >= Y (an "a" build, X.Ya, only on X.Y itself); PTX for X.Y is compiled at load time for any newer GPU.
+    "native" is built for the visible GPUs."""
+    if arch_list.strip() == "native":
+        return True
+    for name, archs in NAMED_ARCHS.items():
+        arch_list = arch_list.replace(name, archs)
+    for entry in arch_list.replace(" ", ";").split(";"):
+        version, ptx = entry.removesuffix("+PTX"), entry.endswith("+PTX")
+        specific = version.endswith("a")
+        try:
+            major, minor = (int(x) for x in version.rstrip("af").split("."))
+        except ValueError:
+            continue  # not an architecture (an empty entry); torch's build rejects what it cannot read
+        if specific and (major, minor) == capability:
+            return True
+        if not specific and (major == capability[0] and minor <= capability[1]
+                             or ptx and (major, minor) <= capability):
+            return True
+    return False
+
+
+def check_arch_coverage(arch_list: str) -> None:
+    """RuntimeError naming the GPUs that kernels built for `arch_list` cannot run on: at load, once, instead
+    of "no kernel image is available" at the first launch."""
+    import torch
+
+    caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    missing = [f"{major}.{minor}" for major, minor in caps if not arch_covers(arch_list, (major, minor))]
+    if missing:
+        raise RuntimeError(f"CUDA kernels built for TORCH_CUDA_ARCH_LIST={arch_list!r} cannot run on this "
+                           f"machine's GPU(s) of compute capability {', '.join(missing)}; add it (or a lower one "
+                           f"with +PTX) to TORCH_CUDA_ARCH_LIST, or unset it to build for the visible GPUs")
+
+
 def build_dir(kind: str) -> Path:
     """Where the `kind` build lives: keyed by what it was built for, so a build never loads where it does not
     fit. CPU: the CPU's model and flags (-march=native). CUDA: the architecture list, torch's version and
@@ -86,12 +130,15 @@ FAILED = "BUILD_FAILED"  # a marker in a build folder: why its build failed, so 
 def load_extension(kind: str, verbose: bool = False, retry: bool = False) -> ModuleType:
     """Build (if needed) and import the `kind` ("cpu" or "cuda") extension; raises on failure. A failed build
     leaves a marker in its folder, and later calls (other ranks, other runs) raise its reason at once instead
-    of building again; `retry` (zen build) tries anyway."""
+    of building again; `retry` (zen build) tries anyway. CUDA kernels whose architectures do not cover every
+    visible GPU raise before anything is built or loaded (zen.native then falls back to the torch ops)."""
     import torch
     from torch.utils import cpp_extension
 
     if kind == "cuda" and torch.version.cuda is None:
         raise RuntimeError("this torch build has no CUDA")
+    if kind == "cuda":
+        check_arch_coverage(cuda_arch_list())  # not a failed build: no marker, the folder may fit another GPU
     name = f"zen_native_{kind}"
     directory = build_dir(kind)
     directory.mkdir(parents=True, exist_ok=True)
