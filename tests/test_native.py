@@ -441,7 +441,7 @@ def test_put_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, width: 
         ext.put_rows(torch.zeros(10, 1), torch.tensor([3, 10]), torch.ones(2, 1))
 
 
-STAGE_BYTES = 16384  # fill_sum's staging block (zen_cpu.cpp, kStageBytes)
+STAGE_BYTES = 16384  # fill_sum's staging block (zen_cpu_write.cpp, kStageBytes)
 
 
 @pytest.mark.parametrize("dtype", VALUE_DTYPES)
