@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE := 1
 
-.PHONY: all setup run validate test lint bench-quick clean
+.PHONY: all setup run validate test test-quick lint bench-quick clean
 
 all: run
 
@@ -45,6 +45,11 @@ validate: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The tests that start no other process (no ranks, torchrun, snakemake or Python subprocess; those carry the
+# `slow` marker): the short loop while changing a scheme, an encoding or a kernel.
+test-quick: setup
+	$(PY) -m pytest -q -m "not slow"
 
 # The loopback benchmark table (4 gloo ranks, 2^24 floats at 1%) in under two minutes; time it on a quiet machine.
 bench-quick: setup

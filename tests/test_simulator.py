@@ -284,6 +284,7 @@ def test_collapsed_rings_take_the_time_of_their_steps() -> None:
     assert collapsed.messages < stepwise.messages
 
 
+@pytest.mark.slow
 @needs_simgrid
 def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
     """`validate` with three launches of one cell: one row per scheme and link rate, `launches` 3, measured and

@@ -31,6 +31,8 @@ from workloads.train import TrainConfig, rank_main
 from zen.cli import main as zen_main
 from zen.ddp import BucketRouter
 
+from .helpers import FakeBucket
+
 PLUGIN = __name__
 ROWS, CLASSES, BAG, BATCH = (500, 300, 200), 4, 6, 16
 REAL = tuple(builtin_workloads())  # bert, dlrm, gpt2, lstm and any workload added to the package
@@ -168,28 +170,6 @@ def test_compressed_training_sums_the_same_choice_through_every_sparse_scheme(tm
         assert _max_rel_diff(runs[name]["steps"]["loss"], runs["allreduce"]["steps"]["loss"]) < 0.05, name
 
 
-class FakeBucket:
-    """What the router reads from a dist.GradBucket, laid out as DDP does (views back to back)."""
-
-    def __init__(self, params: list[torch.Tensor]):
-        self._params = params
-        self._buffer = torch.arange(sum(p.numel() for p in params), dtype=torch.float32)
-        self._grads = list(zip(params, self._buffer.split([p.numel() for p in params]), strict=True))
-
-    def buffer(self) -> torch.Tensor:
-        return self._buffer
-
-    def index(self) -> int:
-        return 0
-
-    def parameters(self) -> list[torch.Tensor]:
-        return self._params
-
-    def gradients(self) -> list[torch.Tensor]:
-        return [g.view(p.shape) for p, g in self._grads]
-
-
-
 def test_router_splits_a_bucket_into_embedding_rows_and_dense_runs():
     model = Toy(sparse=False)
     order = [model.head.bias, model.words.weight, model.tags.weight, model.scale, model.shapes.weight,
@@ -229,6 +209,7 @@ def test_bad_arguments_are_reported_before_any_rank_starts(capsys, argv, message
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.is_file(), reason="torchrun not installed beside python")
 def test_torchrun_runs_one_rank_per_process_and_logs_to_wandb_offline(tmp_path):
     out = tmp_path / "torchrun.json"
@@ -252,6 +233,7 @@ def rank_many(configs: list[dict]) -> list[dict]:
     return [rank_main(config) for config in configs]
 
 
+@pytest.mark.slow
 def test_real_workloads_tiny_zen_matches_allreduce(tmp_path):
     """Every workload of the package in one spawn (the four: about 20-40 s on 2 cores), so not marked slow."""
     configs = [asdict(TrainConfig(workload=w, preset="tiny", schemes=["allreduce", "zen"], steps=5, warmup=1,
@@ -294,6 +276,7 @@ def test_training_on_the_emulated_cluster_matches_loopback(tmp_path):
         assert a["summary"]["bytes_received_per_step"] == b["summary"]["bytes_received_per_step"]
 
 
+@pytest.mark.slow
 def test_bandwidth_is_refused_under_torchrun_and_checked(capsys, monkeypatch):
     assert zen_main(["train", "--plugin", PLUGIN, "--workload", "toy", "--bandwidth", "fast"]) == 2
     assert "fast" in capsys.readouterr().err
