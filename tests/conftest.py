@@ -1,8 +1,10 @@
-"""Keep tool caches out of $HOME and make the repo importable by spawned ranks."""
+"""Keep tool caches out of $HOME and make the repo importable by spawned ranks; hold every test that starts a
+process to the `slow` marker (`make test-quick` runs the others)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -26,3 +28,28 @@ def netem() -> None:
     why = netem_unavailable()
     if why:
         pytest.skip(f"no emulated cluster here (needs root or unprivileged user namespaces): {why}")
+
+
+# Processes a quick test may start: git queries, and the native build a process's first kernel call runs once.
+_QUICK_PROGRAMS = {"git", "ninja", "c++", "g++", "gcc", "cc", "clang++", "nvcc", "nm"}
+
+
+@pytest.fixture(autouse=True)
+def _slow_if_it_starts_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A test not marked `slow` fails if it starts a process (ranks, torchrun, snakemake, a Python subprocess):
+    `make test-quick` must stay free of them, and a missed marker shows here rather than in its run time."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    started: list[str] = []
+    popen_init = subprocess.Popen.__init__
+
+    def recorded(self: subprocess.Popen, args, *rest, **kwargs) -> None:
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        if Path(str(argv[0]).split()[0]).name not in _QUICK_PROGRAMS:
+            started.append(" ".join(map(str, argv))[:120])
+        popen_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", recorded)
+    yield
+    assert not started, f"this test starts a process ({started[0]}): mark it @pytest.mark.slow"

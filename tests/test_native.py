@@ -562,6 +562,7 @@ def test_kernels_bench_cli(ext: ModuleType, tmp_path, capsys: pytest.CaptureFixt
     assert "result write: four sets" in text
 
 
+@pytest.mark.slow
 def test_cuda_kernels_compile_with_nvcc(nvcc_check: Future | None) -> None:
     if nvcc_check is None:
         pytest.skip("nvcc not found")

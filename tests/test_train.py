@@ -109,6 +109,7 @@ def _max_rel_diff(losses: list[float], reference: list[float]) -> float:
     (2, "toy", []),  # dense gradients, one mixed bucket: split by the router
     (3, "toy-sparse", ["--bucket-cap-mb", "0.01"]),  # COO gradients, one bucket per embedding
 ])
+@pytest.mark.slow
 def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     # DDP's built-in all-reduce only with dense gradients: its all-reduce of COO gradients over gloo corrupts
     # the heap (torch 2.13.0+cpu; see workloads/torch_hooks.py), which aborted this test now and then
@@ -140,6 +141,7 @@ def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     assert set(runs["zen"]["summary"]["zen_choice"].split(",")) <= {"bp", "hc"}  # per part (lanes choose apart)
 
 
+@pytest.mark.slow
 def test_a_scheme_is_not_charged_for_the_previous_schemes_skew(tmp_path):
     """Interleaved, `none`'s rank 0 ends each step DAWDLE_S after the others; every step starts from a
     barrier, so the next scheme's step does not count that wait (a step's time is its slowest rank's)."""
@@ -150,6 +152,7 @@ def test_a_scheme_is_not_charged_for_the_previous_schemes_skew(tmp_path):
     assert runs["allreduce"]["iter_s_median"] < DAWDLE_S / 2
 
 
+@pytest.mark.slow
 def test_compressed_training_sums_the_same_choice_through_every_sparse_scheme(tmp_path):
     """--compress on the sparse schemes: each sums exactly what the compressors chose, so their loss curves
     agree; allreduce and PyTorch's hooks (fp16, PowerSGD) stay dense and uncompressed."""
@@ -258,6 +261,7 @@ def _no_emulated_cluster() -> str | None:
         return str(exc)
 
 
+@pytest.mark.slow
 def test_training_on_the_emulated_cluster_matches_loopback(tmp_path):
     """--bandwidth runs the same ranks behind shaped links: same losses, bytes, and the config says so. zen-hc:
     its bytes follow from the data alone (zen picks BP or HC per part by measured time, which differs between

@@ -324,6 +324,7 @@ def test_emulated_cluster_puts_a_node_in_one_namespace() -> None:
         assert inter <= up < intra / 4, (n, up, inter, intra)
 
 
+@pytest.mark.slow
 def test_ab_script_alternates_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
     """scripts/twolevel_ab.py times flat and two-level zen in one launch: a row each, two-level's uplink bytes
     the lower (the node's union crosses once), and a refused layout exits 2."""
