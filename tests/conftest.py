@@ -30,13 +30,14 @@ def netem() -> None:
         pytest.skip(f"no emulated cluster here (needs root or unprivileged user namespaces): {why}")
 
 
-# Processes a quick test may start: git queries, and the native build a process's first kernel call runs once.
-_QUICK_PROGRAMS = {"git", "ninja", "c++", "g++", "gcc", "cc", "clang++", "nvcc", "nm"}
+# What makes a test slow: ranks and their launchers (Python processes, torchrun, snakemake) and emulated clusters
+# (namespaces). Tools a quick test may run in passing (git, the compiler a native build or its probe runs) are not.
+_SLOW_PROGRAMS = ("python", "torchrun", "snakemake", "unshare", "nsenter")
 
 
 @pytest.fixture(autouse=True)
 def _slow_if_it_starts_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    """A test not marked `slow` fails if it starts a process (ranks, torchrun, snakemake, a Python subprocess):
+    """A test not marked `slow` fails if it starts ranks, torchrun, snakemake, a Python subprocess or a cluster:
     `make test-quick` must stay free of them, and a missed marker shows here rather than in its run time."""
     if request.node.get_closest_marker("slow"):
         yield
@@ -46,7 +47,7 @@ def _slow_if_it_starts_processes(request: pytest.FixtureRequest, monkeypatch: py
 
     def recorded(self: subprocess.Popen, args, *rest, **kwargs) -> None:
         argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-        if Path(str(argv[0]).split()[0]).name not in _QUICK_PROGRAMS:
+        if Path(str(argv[0]).split()[0]).name.startswith(_SLOW_PROGRAMS):
             started.append(" ".join(map(str, argv))[:120])
         popen_init(self, args, *rest, **kwargs)
 
