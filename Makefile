@@ -12,7 +12,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE := 1
 
-.PHONY: all setup run validate simulated test lint bench-quick clean
+.PHONY: all setup run validate simulated test test-quick lint bench-quick clean
 
 all: run
 
@@ -67,6 +67,11 @@ simulated: setup
 # -rs: the reasons of skipped tests (SimGrid missing, no link emulation) in the summary
 test: setup
 	$(PY) -m pytest -q -rs
+
+# The tests that start no other process (no ranks, torchrun, snakemake or Python subprocess; those carry the
+# `slow` marker): the short loop while changing a scheme, an encoding or a kernel.
+test-quick: setup
+	$(PY) -m pytest -q -m "not slow"
 
 # The loopback benchmark table (4 gloo ranks, 2^24 floats at 1%) in under two minutes; time it on a quiet machine.
 bench-quick: setup

@@ -1,10 +1,14 @@
-"""Keep tool caches out of $HOME and make the repo importable by spawned ranks."""
+"""Keep tool caches out of $HOME and make the repo importable by spawned ranks; hold every test that starts a
+process to the `slow` marker (`make test-quick` runs the others)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _CACHE = tempfile.mkdtemp(prefix="zen-test-cache-")
@@ -14,3 +18,39 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 os.chdir(ROOT)
+
+
+@pytest.fixture(scope="module")
+def netem() -> None:
+    """An emulated cluster can be made here (root or unprivileged user namespaces), else the test is skipped."""
+    from .helpers import netem_unavailable
+
+    why = netem_unavailable()
+    if why:
+        pytest.skip(f"no emulated cluster here (needs root or unprivileged user namespaces): {why}")
+
+
+# What makes a test slow: ranks and their launchers (Python processes, torchrun, snakemake) and emulated clusters
+# (namespaces). Tools a quick test may run in passing (git, the compiler a native build or its probe runs) are not.
+_SLOW_PROGRAMS = ("python", "torchrun", "snakemake", "unshare", "nsenter")
+
+
+@pytest.fixture(autouse=True)
+def _slow_if_it_starts_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A test not marked `slow` fails if it starts ranks, torchrun, snakemake, a Python subprocess or a cluster:
+    `make test-quick` must stay free of them, and a missed marker shows here rather than in its run time."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    started: list[str] = []
+    popen_init = subprocess.Popen.__init__
+
+    def recorded(self: subprocess.Popen, args, *rest, **kwargs) -> None:
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        if Path(str(argv[0]).split()[0]).name.startswith(_SLOW_PROGRAMS):
+            started.append(" ".join(map(str, argv))[:120])
+        popen_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", recorded)
+    yield
+    assert not started, f"this test starts a process ({started[0]}): mark it @pytest.mark.slow"

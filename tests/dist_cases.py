@@ -56,6 +56,11 @@ def bad_input(kind: str, scheme: str) -> str:
     return "no error"
 
 
+def bad_inputs(kinds: list[str], scheme: str) -> dict[str, str]:
+    """bad_input of every kind, one after another in one process group (an input error leaves the group usable)."""
+    return {kind: bad_input(kind, scheme) for kind in kinds}
+
+
 def dead_peer(scheme: str, timeout_s: float) -> str:
     """Rank 1 leaves before the collective; the others must fail fast with a clear error."""
     if dist.get_rank() == 1:
@@ -91,6 +96,11 @@ def kept_results(scheme: str) -> bool:
     for seed in range(2, 5):
         zen.allreduce(grad(seed), scheme, sparse_result=True)
     return torch.equal(first.coalesce().values(), kept)
+
+
+def kept_results_of(schemes: list[str]) -> dict[str, bool]:
+    """kept_results of each scheme, in one process group."""
+    return {scheme: kept_results(scheme) for scheme in schemes}
 
 
 def _counted(move: Any, waits: list[int]) -> Any:

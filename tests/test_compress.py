@@ -5,13 +5,11 @@ the prediction, and the DDP hook with a compressor gives every rank the mean of 
 from __future__ import annotations
 
 import contextlib
-import math
 
 import pytest
 import torch
 
 import zen
-from harness.bench.patterns import make_gradient
 from harness.launch import spawn
 from zen import native
 from zen.compress import compressors, make_compressor, sparsifiers
@@ -20,23 +18,10 @@ from zen.compress.qsgd import QSGD
 from zen.compress.sign import pack_signs, unpack_signs
 from zen.compress.topk import exact_topk, sampled_choose, trim_largest
 
-from .test_prediction import compare
+from .helpers import check_compressed_sum, check_error_feedback, compare, compressor_inputs
 
 SPARSIFIERS = sparsifiers()
 QUANTIZERS = sorted(set(compressors()) - set(SPARSIFIERS))
-
-
-def _inputs(kind: str, P: int, n: int = 3001) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(P)
-    if kind == "random":
-        return [torch.randn(n, generator=gen) for _ in range(P)]
-    if kind == "zeros_on_one":  # one rank all zero, others heavy-tailed
-        return [torch.zeros(n) if r == 0 else torch.randn(n, generator=gen) ** 3 for r in range(P)]
-    if kind == "ties":  # equal magnitudes everywhere: any choice of k is a top-k
-        return [torch.where(torch.rand(n, generator=gen) < 0.5, 1.0, -1.0) for _ in range(P)]
-    if kind == "sparse":  # already sparser than the density
-        return [make_gradient("zipf", n, 0.01, r, P, seed=1) for r in range(P)]
-    raise ValueError(kind)
 
 
 @pytest.mark.parametrize("compress", compressors())
@@ -44,33 +29,12 @@ def _inputs(kind: str, P: int, n: int = 3001) -> list[torch.Tensor]:
 @pytest.mark.parametrize("P", [1, 3, 4])
 @pytest.mark.parametrize("kind", ["random", "zeros_on_one", "ties", "sparse"])
 def test_result_is_the_sum_of_what_the_compressors_chose(compress: str, scheme: str, P: int, kind: str) -> None:
-    tensors = _inputs(kind, P)
-    res = zen.simulate(scheme, tensors, compress=compress, density=0.05)
-    reference = torch.stack([t.double() for t in tensors]).sum(0)  # the tensors now hold what was sent
-    for out in res.outputs:
-        assert torch.equal(out, res.outputs[0]), "ranks differ"
-    assert torch.allclose(res.outputs[0].double(), reference, rtol=1e-6, atol=1e-6)
-    if compress in SPARSIFIERS:
-        k = math.ceil(0.05 * tensors[0].numel())
-        for t in tensors:
-            assert int((t != 0).sum()) <= k
+    check_compressed_sum(compress, scheme, P, kind)
 
 
 @pytest.mark.parametrize("compress", compressors())
 def test_error_feedback_keeps_what_was_not_sent(compress: str) -> None:
-    """sent + residual = gradient (+ the previous residual): nothing is lost, only delayed."""
-    comp = make_compressor(compress, 0.1, **({"momentum": 0.0} if compress == "dgc" else {}))
-    gen = torch.Generator().manual_seed(0)
-    carried = torch.zeros(1000)
-    for step in range(3):
-        grad = torch.randn(1000, generator=gen)
-        sent = grad.clone()
-        comp.compress(sent, PartContext("p", 0, step, 2))
-        residual = comp.memory["p"]
-        exact = not comp.own_exchange  # a sparsifier moves values, a quantizer rounds them
-        assert torch.allclose(sent + residual, grad + carried, atol=0 if exact else 1e-5)
-        assert comp.residual_norm("p") == pytest.approx(float(residual.norm()))
-        carried = residual.clone()
+    check_error_feedback(compress)
 
 
 @pytest.mark.parametrize("compress", SPARSIFIERS)
@@ -78,7 +42,7 @@ def test_error_feedback_keeps_what_was_not_sent(compress: str) -> None:
 def test_bytes_of_compressed_gradients_match_the_prediction(compress: str, scheme: str) -> None:
     """`predict` takes the index sets the compressor chose, like any other sets."""
     P = 4
-    tensors = _inputs("random", P)
+    tensors = compressor_inputs("random", P)
     for t in tensors:
         make_compressor(compress, 0.05).compress(t, PartContext("p", 3, 0, P))
     compare(scheme, tensors)
@@ -108,7 +72,7 @@ def test_qsgd_is_unbiased_and_keeps_its_levels() -> None:
 @pytest.mark.parametrize("compress", QUANTIZERS)
 def test_quantizer_bytes_match_its_prediction(compress: str) -> None:
     for P in (1, 3, 4):
-        res = zen.simulate("allreduce", _inputs("random", P), compress=compress)
+        res = zen.simulate("allreduce", compressor_inputs("random", P), compress=compress)
         want = make_compressor(compress).predict(P, 3001)
         for r in range(P):
             assert {p: v[r] for p, v in res.phases.items() if v[r] and p != "meta"} == \
@@ -129,7 +93,7 @@ def test_topk_keeps_the_largest_and_the_sampled_threshold_stays_close() -> None:
     assert torch.equal(values, x[approx]) and torch.equal(flat + res, x), "sent + kept = the gradient"
 
 
-def _sweep_inputs(kind: str, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _sweepcompressor_inputs(kind: str, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(n)
     res, grad = torch.randn(n, generator=gen, dtype=dtype), torch.randn(n, generator=gen, dtype=dtype)
     if kind == "ties":  # equal magnitudes: the threshold is met by far more than k
@@ -162,7 +126,7 @@ def test_native_sweep_chooses_what_the_torch_path_chooses(kind: str, dtype: torc
         pytest.skip("native kernels unavailable")
     outcomes = []
     for use_native in (True, False):
-        res, grad = _sweep_inputs("random" if kind == "tail_sampled" else kind, n, dtype)
+        res, grad = _sweepcompressor_inputs("random" if kind == "tail_sampled" else kind, n, dtype)
         flat = grad.clone()
         src = (grad * 0.5).clone() if momentum else flat  # a velocity apart from the part, or the part itself
         if kind == "tail_sampled":
@@ -243,6 +207,7 @@ def test_bad_compressor_settings_are_refused() -> None:
         zen.ZenHookState(compress="topk", compress_options={"bogus": 1})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("P", [1, 3])
 def test_hook_returns_the_mean_of_what_every_rank_chose(P: int) -> None:
     """Real gloo ranks, DDP, three steps (residuals carried): each rank's gradient after backward equals the
@@ -258,7 +223,7 @@ def test_hook_returns_the_mean_of_what_every_rank_chose(P: int) -> None:
 
 
 @pytest.mark.parametrize("compress", SPARSIFIERS)
-def test_bench_and_model_take_compressed_inputs(compress: str, capsys) -> None:
+def test_bench_and_model_take_compressedcompressor_inputs(compress: str, capsys) -> None:
     """zen bench --compress: every scheme correct on what the compressor chose, sparse ones moving fewer
     bytes than allreduce; zen model --compress predicts from the same sets."""
     from harness.bench.harness import BenchConfig, run_bench

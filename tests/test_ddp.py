@@ -31,6 +31,7 @@ def _run(P: int, cases: list[dict]) -> list[list[dict]]:
     return [list(r) for r in results]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("P", [1, 3, 4])
 def test_every_scheme_trains_like_ddp_allreduce(P: int) -> None:
     """Dense and sparse (COO) embeddings, every scheme, async and in the hook call: DDP's loss curve."""
@@ -44,6 +45,7 @@ def test_every_scheme_trains_like_ddp_allreduce(P: int) -> None:
         assert _close(ranks[0]["losses"], reference), case
 
 
+@pytest.mark.slow
 def test_ddp_options_keep_the_hook_lossless() -> None:
     """gradient_as_bucket_view, static_graph, no_sync accumulation and find_unused_parameters: each as DDP's
     own allreduce does it, for dense and sparse embeddings."""
@@ -63,6 +65,7 @@ def test_ddp_options_keep_the_hook_lossless() -> None:
         assert reference is not None and _close(ranks[0]["losses"], reference), case
 
 
+@pytest.mark.slow
 def test_builtin_allreduce_of_sparse_gradients_on_gloo_warns() -> None:
     """DDP's own all-reduce of COO gradients over gloo corrupts the heap now and then (torch 2.13.0+cpu): `ddp`
     says so where the model has sparse embeddings, and only there."""
@@ -70,6 +73,7 @@ def test_builtin_allreduce_of_sparse_gradients_on_gloo_warns() -> None:
     assert len(sparse) == 1 and "corrupted the heap" in sparse[0] and dense == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "expect"), [("nan", "non-finite"), ("frozen", "ZenCommError")])
 def test_failures_reach_every_rank_through_the_futures(kind: str, expect: str) -> None:
     """A NaN with nonfinite="raise" is a ZenInputError on every rank; a frozen peer makes the others' backward
@@ -82,6 +86,7 @@ def test_failures_reach_every_rank_through_the_futures(kind: str, expect: str) -
             assert float(out[r].split(" after ")[1].split("s")[0]) < 20, out[r]
 
 
+@pytest.mark.slow
 def test_nonfinite_values_pass_by_default() -> None:
     """As DDP's allreduce: an Inf on one rank reaches every rank's gradient (GradScaler skips the step)."""
     assert spawn("tests.ddp_cases:failing_step", 2, {"kind": "inf_passes"}, timeout_s=120) == ["passed", "passed"]

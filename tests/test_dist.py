@@ -10,6 +10,7 @@ from harness.launch import spawn
 from .cases import CASES
 
 SCHEMES = zen.schemes()
+pytestmark = pytest.mark.slow  # every test here runs ranks in processes of their own
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 4, 8])
@@ -25,9 +26,24 @@ def test_lossless_real_gloo(P: int) -> None:
             assert reports[r][key][1] == digest, f"P={P} {key}: rank {r} differs from rank 0"
 
 
-@pytest.mark.parametrize("kind", ["shape", "dtype", "nan", "inf", "scheme_mismatch", "index"])
-def test_bad_input_raises_on_every_rank(kind: str) -> None:
-    messages = spawn("tests.dist_cases:bad_input", 3, {"kind": kind, "scheme": "zen"}, timeout_s=120)
+BAD_INPUTS = ["shape", "dtype", "nan", "inf", "scheme_mismatch", "index"]
+KEPT_RESULTS = ["zen-hc", "agsparse", "zen-bp"]
+
+
+@pytest.fixture(scope="module")
+def bad_input_messages() -> list[dict[str, str]]:
+    """Every kind of bad input in one launch of 3 ranks (one process group for all)."""
+    return spawn("tests.dist_cases:bad_inputs", 3, {"kinds": BAD_INPUTS, "scheme": "zen"}, timeout_s=240)
+
+
+@pytest.fixture(scope="module")
+def kept_results() -> list[dict[str, bool]]:
+    return spawn("tests.dist_cases:kept_results_of", 2, {"schemes": KEPT_RESULTS}, timeout_s=240)
+
+
+@pytest.mark.parametrize("kind", BAD_INPUTS)
+def test_bad_input_raises_on_every_rank(kind: str, bad_input_messages: list[dict[str, str]]) -> None:
+    messages = [per_rank[kind] for per_rank in bad_input_messages]
     for m in messages:
         assert m != "no error", f"{kind}: a rank did not raise"
     assert "rank 1" in messages[0] or "rank 0" in messages[0]
@@ -41,10 +57,11 @@ def test_dead_peer_is_an_error_not_a_hang() -> None:
             assert m.startswith("error after"), m
 
 
-@pytest.mark.parametrize("scheme", ["zen-hc", "agsparse", "zen-bp"])
-def test_results_that_are_received_messages_survive_later_calls(scheme: str) -> None:
+@pytest.mark.parametrize("scheme", KEPT_RESULTS)
+def test_results_that_are_received_messages_survive_later_calls(scheme: str, kept_results: list[dict[str, bool]]
+                                                                 ) -> None:
     """The communicator's pooled wire buffers (zen.comm.pool) are never handed out while a result views them."""
-    assert spawn("tests.dist_cases:kept_results", 2, {"scheme": scheme}, timeout_s=120) == [True, True]
+    assert [per_rank[scheme] for per_rank in kept_results] == [True, True]
 
 
 def test_gathered_messages_land_aligned_without_copies() -> None:

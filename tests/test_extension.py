@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a Python process of its own: the examples' files go on its packages' paths
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = re.compile(r"```python\n# file: (\S+)\n(.*?)```", re.S)
 
@@ -23,11 +27,8 @@ for package, folder in (("algorithms", zen.algorithms), ("encodings", zen.encodi
 import zen
 from harness.bench.patterns import make_gradient
 from harness.pipeline import resolve
-from tests.test_compress import (test_error_feedback_keeps_what_was_not_sent,
-                                 test_result_is_the_sum_of_what_the_compressors_chose)
-from tests.test_lossless_sim import test_bp_pull_encodings, test_lossless_fp32
-from tests.test_prediction import compare
 from tests.cases import CASES
+from tests.helpers import check_compressed_sum, check_error_feedback, check_lossless, compare
 from zen.compress import compressors
 from zen.encodings import encodings
 from zen.prediction import layout_and_sets, predict
@@ -35,10 +36,11 @@ from zen.prediction import layout_and_sets, predict
 names = {"schemes": zen.schemes(), "encodings": encodings(), "compressors": compressors()}
 for P in (1, 3, 4):
     for case in sorted(CASES):
-        test_lossless_fp32("example-gather", case, P)
-    test_bp_pull_encodings("example_ids64", P)
+        check_lossless("example-gather", case, P, torch.float32)
+    for case in ("random", "full", "coo", "edges"):
+        check_lossless("zen-bp", case, P, torch.float32, pull="example_ids64")
     for kind in ("random", "ties", "sparse"):
-        test_result_is_the_sum_of_what_the_compressors_chose("example_stride", "zen", P, kind)
+        check_compressed_sum("example_stride", "zen", P, kind)
 for pattern in ("random", "zipf"):
     tensors = [make_gradient(pattern, 5003, 0.02, r, 4, seed=3) for r in range(4)]
     compare("example-gather", tensors)
@@ -46,7 +48,7 @@ for pattern in ("random", "zipf"):
     layout, sets = layout_and_sets(tensors, 7)
     for r, phases in enumerate(predict("zen-bp", sets, layout, pull="example_ids64")):
         assert {p: v for p, v in phases.items() if v} == {p: v[r] for p, v in res.phases.items() if v[r]}
-test_error_feedback_keeps_what_was_not_sent("example_stride")
+check_error_feedback("example_stride")
 config = resolve(yaml.safe_load(open("workflow/config/default.yaml")))
 print(json.dumps({**names, "grid": config["schemes"], "pull": config["bench"]["pull"]["encodings"]}))
 """

@@ -18,9 +18,10 @@ import pytest
 import zen
 from harness.launch import FOLDER_PREFIX, spawn, sweep_stale_folders
 
-from .test_netem import _processes_in, netem  # noqa: F401 - the fixture, for the netem case
+from .helpers import processes_in
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["allreduce", "zen", "agsparse"])
 def test_late_peer_poisons_instead_of_pairing_with_a_stale_call(scheme: str) -> None:
     """A peer late by more than the timeout: survivors raise ZenCommError, their retry is refused at once
@@ -38,6 +39,7 @@ def test_late_peer_poisons_instead_of_pairing_with_a_stale_call(scheme: str) -> 
     assert out[2]["seen"][0].startswith("ZenCommError"), out[2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["allreduce", "zen", "agsparse", "sparcml"])
 def test_skipped_call_raises_on_every_rank_with_a_tag(scheme: str) -> None:
     """Rank 1 skips step 0 and tags its calls with the step: every rank raises at its first call."""
@@ -46,6 +48,7 @@ def test_skipped_call_raises_on_every_rank_with_a_tag(scheme: str) -> None:
         assert seen and seen[0].startswith("ZenInputError"), (r, seen)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["options", "validate", "unknown_scheme", "bad_out", "leaf_out"])
 def test_configured_apart_raises_on_every_rank(kind: str) -> None:
     """One rank differs (scheme options, validate, an unknown scheme, a bad or a leaf `out=`): every rank gets
@@ -58,6 +61,7 @@ def test_configured_apart_raises_on_every_rank(kind: str) -> None:
         assert "dead or missing peer" not in " ".join(out)
 
 
+@pytest.mark.slow
 def test_recreated_group_gets_a_new_communicator(tmp_path: Path) -> None:
     """After destroy + init with permuted ranks, and with one rank fewer, every scheme sums right."""
     out = spawn("tests.fault_cases:regroup", 3, {"schemes": zen.schemes(), "store_dir": str(tmp_path)},
@@ -120,6 +124,7 @@ def _running(pids: list[int]) -> list[int]:
     return alive
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["loopback", "netem"])
 def test_ranks_die_with_a_killed_launcher(where: str, request: pytest.FixtureRequest) -> None:
     """SIGKILL of the launcher: its ranks are gone within 2 s, so are the namespaces; its folder goes at the
@@ -143,7 +148,7 @@ def test_ranks_die_with_a_killed_launcher(where: str, request: pytest.FixtureReq
             time.sleep(0.05)
         assert not _running(ranks), "ranks outlived their launcher by 2 s"
         if ids:
-            assert not _processes_in(ids)
+            assert not processes_in(ids)
         sweep_stale_folders()  # what the next launch does first
         assert not list(Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}{proc.pid}-*"))
     finally:
@@ -151,6 +156,7 @@ def test_ranks_die_with_a_killed_launcher(where: str, request: pytest.FixtureReq
         proc.wait()
 
 
+@pytest.mark.slow
 def test_stale_folders_are_swept(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -162,6 +168,7 @@ def test_stale_folders_are_swept(tmp_path: Path) -> None:
     assert live.is_dir() and not stale.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["allreduce", "zen", "sparcml"])
 @pytest.mark.parametrize("kind", ["before", "during", "after", "frozen"])
 def test_dead_or_frozen_peer(kind: str, scheme: str) -> None:

@@ -14,61 +14,51 @@ from zen import native
 from zen.encodings import encodings
 
 from .cases import CASES
+from .helpers import check_lossless
 
 SCHEMES = zen.schemes()
 ENCODINGS = encodings()
-
-
-def check(scheme: str, case: str, P: int, dtype: torch.dtype, **options: object) -> zen.SimResult:
-    tensors = [CASES[case](r, P, dtype) for r in range(P)]
-    total, magnitude = reference_sum(tensors)
-    res = zen.simulate(scheme, tensors, seed=P, **options)
-    for r, out in enumerate(res.outputs):
-        assert out.shape == tensors[0].shape and out.dtype == dtype and out.layout == torch.strided
-        assert matches_reference(out, total, magnitude, P), f"{scheme} {case} P={P}: rank {r} wrong"
-        assert torch.equal(out, res.outputs[0]), f"{scheme} {case} P={P}: rank {r} differs from rank 0"
-    return res
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("P", [1, 3, 4])
 def test_lossless_fp32(scheme: str, case: str, P: int) -> None:
-    check(scheme, case, P, torch.float32)
+    check_lossless(scheme, case, P, torch.float32)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("case", ["random", "edges", "coo", "matrix", "full"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_lossless_low_precision(scheme: str, case: str, dtype: torch.dtype) -> None:
-    check(scheme, case, 5, dtype)
+    check_lossless(scheme, case, 5, dtype)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("P", [2, 5, 8, 16, 64])
 def test_lossless_world_sizes(scheme: str, P: int) -> None:
     for case in ("random", "empty_ranks", "edges"):
-        check(scheme, case, P, torch.float32)
+        check_lossless(scheme, case, P, torch.float32)
 
 
 @pytest.mark.parametrize("pull", ENCODINGS)
 @pytest.mark.parametrize("P", [1, 3, 8])
 def test_bp_pull_encodings(pull: str, P: int) -> None:
     for case in ("random", "full", "coo", "edges"):
-        check("zen-bp", case, P, torch.float32, pull=pull)
+        check_lossless("zen-bp", case, P, torch.float32, pull=pull)
 
 
 @pytest.mark.parametrize("P", [2, 3, 8])
 def test_zen_selector_both_paths(P: int) -> None:
     for choice in ("bp", "hc"):
-        res = check("zen", "random", P, torch.float32, choice=choice, warmup=1)
+        res = check_lossless("zen", "random", P, torch.float32, choice=choice, warmup=1)
         assert res.stats[0].choice == choice
 
 
 def test_repeated_calls_reuse_state() -> None:
     """The selector decides after measuring; later calls stay lossless on the chosen path."""
-    check("zen", "disjoint", 4, torch.float32, warmup=3)
-    check("zen", "identical", 4, torch.float32, warmup=3)
+    check_lossless("zen", "disjoint", 4, torch.float32, warmup=3)
+    check_lossless("zen", "identical", 4, torch.float32, warmup=3)
 
 
 def test_selector_picks_hc_for_disjoint_tiny_density_and_bp_for_overlap() -> None:

@@ -441,7 +441,7 @@ def test_put_rows_matches_reference(ext: ModuleType, dtype: torch.dtype, width: 
         ext.put_rows(torch.zeros(10, 1), torch.tensor([3, 10]), torch.ones(2, 1))
 
 
-STAGE_BYTES = 16384  # fill_sum's staging block (zen_cpu.cpp, kStageBytes)
+STAGE_BYTES = 16384  # fill_sum's staging block (zen_cpu_write.cpp, kStageBytes)
 
 
 @pytest.mark.parametrize("dtype", VALUE_DTYPES)
@@ -562,6 +562,7 @@ def test_kernels_bench_cli(ext: ModuleType, tmp_path, capsys: pytest.CaptureFixt
     assert "result write: four sets" in text
 
 
+@pytest.mark.slow
 def test_cuda_kernels_compile_with_nvcc(nvcc_check: Future | None) -> None:
     if nvcc_check is None:
         pytest.skip("nvcc not found")

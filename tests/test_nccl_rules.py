@@ -16,7 +16,7 @@ from zen.compress import compressors
 
 from .cases import CASES
 
-pytestmark = pytest.mark.nccl_rules
+pytestmark = [pytest.mark.nccl_rules, pytest.mark.slow]  # ranks in processes of their own
 EMULATE = {"ZEN_EMULATE_ACCELERATOR": "1"}
 WORLD_SIZES = [2, 3, 4, 8]
 

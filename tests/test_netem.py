@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,8 @@ import pytest
 from harness.launch import spawn
 from harness.netem import NetemError, emulated_cluster, parse_rate, ring_allreduce_seconds
 from zen.types import ZenCommError
+
+from .helpers import netem_unavailable, processes_in
 
 RATE = "200mbit"
 NBYTES = 5_000_000
@@ -42,37 +43,11 @@ def test_missing_tools_are_named(monkeypatch: pytest.MonkeyPatch, tmp_path) -> N
         pass
 
 
-def _unavailable(userns: bool | None = None) -> str | None:
-    try:
-        with emulated_cluster(1, "1gbit", userns=userns):
-            return None
-    except NetemError as e:
-        return str(e)
-
-
-@pytest.fixture(scope="module")
-def netem() -> None:
-    why = _unavailable()
-    if why:
-        pytest.skip(f"no emulated cluster here (needs root or unprivileged user namespaces): {why}")
-
-
-def _processes_in(netns_ids: set[str]) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/net") in netns_ids:
-                found.append(int(entry))
-        except OSError:
-            pass
-    return found
-
-
 def _assert_gone(netns_ids: set[str], wait_s: float = 0.0) -> None:
     deadline = time.monotonic() + wait_s
-    while _processes_in(netns_ids) and time.monotonic() < deadline:
+    while processes_in(netns_ids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(netns_ids) >= 2 and not _processes_in(netns_ids)
+    assert len(netns_ids) >= 2 and not processes_in(netns_ids)
 
 
 def _allreduce(nbytes: int, reps: int, fail_rank: int = -1) -> tuple[float, bool]:
@@ -94,6 +69,7 @@ def _allreduce(nbytes: int, reps: int, fail_rank: int = -1) -> tuple[float, bool
     return time.perf_counter() - start, ok
 
 
+@pytest.mark.slow
 def test_shaped_allreduce(netem: None) -> None:
     reps = 2
     with emulated_cluster(2, RATE) as spec:
@@ -109,9 +85,10 @@ def test_shaped_allreduce(netem: None) -> None:
         assert up >= reps * NBYTES and down >= reps * NBYTES, links
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("userns", [None, True], ids=["default", "user-namespace"])
 def test_torn_down_when_a_rank_raises(netem: None, userns: bool | None) -> None:
-    why = userns and _unavailable(userns)
+    why = userns and netem_unavailable(userns)
     if why:
         pytest.skip(f"no unprivileged user namespaces here: {why}")
     with pytest.raises(ZenCommError, match="on purpose"), emulated_cluster(2, "1gbit", userns=userns) as spec:
@@ -121,6 +98,7 @@ def test_torn_down_when_a_rank_raises(netem: None, userns: bool | None) -> None:
     _assert_gone(ids)
 
 
+@pytest.mark.slow
 def test_concurrent_clusters_are_separate(netem: None) -> None:
     with emulated_cluster(2, "1gbit") as a, emulated_cluster(2, "1gbit") as b:
         ids_a, ids_b = a.netns_ids(), b.netns_ids()
@@ -137,6 +115,7 @@ with emulated_cluster(2, "1gbit") as spec:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGKILL, -9)])
 def test_torn_down_when_launcher_is_killed(netem: None, sig: int, code: int) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _HOLD_OPEN], stdout=subprocess.PIPE, text=True)

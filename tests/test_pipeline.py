@@ -39,6 +39,7 @@ def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)}, done.stdout
 
 
+@pytest.mark.slow
 def test_default_config_dry_run(tmp_path):
     jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml")
     for rule in ("build_kernels", "profile_sparsity", "simulate_scale", "convert_trace", "simulate_scale_trace",
@@ -51,6 +52,7 @@ def test_default_config_dry_run(tmp_path):
     assert not {"measure_timeline", "calibrate_messages", "simulate_validation", "simulate_paper"} & set(jobs), jobs
 
 
+@pytest.mark.slow
 def test_default_run_draws_the_committed_simulations(tmp_path):
     """A clone's results/simulated/ (the paper's setting, committed by `make simulated`) is drawn and reported by
     the default run, which simulates nothing itself."""
@@ -65,6 +67,7 @@ def test_default_run_draws_the_committed_simulations(tmp_path):
     assert not {"simulate_validation", "simulate_paper", "simulate_fig8", "simulate_llm"} & set(jobs), jobs
 
 
+@pytest.mark.slow
 def test_validation_overlay_dry_run(tmp_path):
     """`make validate`'s target: every validation cell simulated, the 1 Gbit/s ones from the default run's own
     training cells and the 2.5 Gbit/s ones from launches of their own (emulated links only: on loopback there is
@@ -83,6 +86,7 @@ def test_validation_overlay_dry_run(tmp_path):
     assert "simulate_paper" not in jobs and "write_report" not in jobs, jobs
 
 
+@pytest.mark.slow
 def test_paper_config_dry_run_with_slurm_profile(tmp_path):
     jobs, plan = dry_run(tmp_path, "--profile", "workflow/profiles/slurm", "--configfile", "workflow/config/paper.yaml",
                          "-p", "results/train/lstm/n32.json")
@@ -91,6 +95,7 @@ def test_paper_config_dry_run_with_slurm_profile(tmp_path):
     assert "srun --nodes=4 --ntasks-per-node=1" in plan and "--nnodes=4 --nproc-per-node=8" in plan
 
 
+@pytest.mark.slow
 def test_beyond_the_paper_dry_run(tmp_path):
     """The paper config's `simulator.beyond`: a 1,024-worker trace of its own, one simulation per workload, one
     figure; nothing of the paper-scale grid or the emulated cluster comes with it."""
@@ -102,6 +107,7 @@ def test_beyond_the_paper_dry_run(tmp_path):
     assert "zen-bp,zen-hc" in plan and "--per machine" in plan and "train_workload" not in jobs, jobs
 
 
+@pytest.mark.slow
 def test_fig8_simulated_dry_run(tmp_path):
     """The paper config's `simulator.fig8`: gpt2's at-scale trace, one simulation, one figure."""
     jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/paper.yaml", "-p", "results/figures/sim_fig8.png")
@@ -111,6 +117,7 @@ def test_fig8_simulated_dry_run(tmp_path):
     assert "train_workload" not in jobs, jobs
 
 
+@pytest.mark.slow
 def test_llm_simulated_dry_run(tmp_path):
     """The paper config's `simulator.llm`: one DGC profile, one simulation per LLM, one figure."""
     jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/paper.yaml", "-p", "results/figures/sim_llm.png")

@@ -7,25 +7,9 @@ import torch
 
 import zen
 from harness.bench.patterns import make_gradient
-from zen.prediction import layout_and_sets, predict
 
 from .cases import CASES
-
-
-def compare(scheme: str, tensors: list[torch.Tensor], tolerance: float = 0.0) -> None:
-    seed = 77
-    res = zen.simulate(scheme, tensors, seed=seed, warmup=2)  # zen measures on its first two calls
-    layout, sets = layout_and_sets(tensors, seed)
-    expect = predict(scheme, sets, layout)
-    for r, phases in enumerate(expect):
-        measured = {p: v[r] for p, v in res.phases.items() if v[r]}
-        want = {p: v for p, v in phases.items() if v}
-        if tolerance == 0.0:
-            assert measured == want, f"{scheme} rank {r}"
-        else:
-            assert measured.keys() == want.keys(), f"{scheme} rank {r}"
-            for p in want:
-                assert abs(measured[p] - want[p]) <= tolerance * want[p], f"{scheme} rank {r} {p}"
+from .helpers import compare
 
 
 @pytest.mark.parametrize("scheme", zen.schemes())

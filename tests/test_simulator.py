@@ -38,6 +38,7 @@ def test_simgrid_is_installed_where_setup_installs_it() -> None:
     assert HAVE_SIMGRID, "root with apt-get, yet no SimGrid: run `make setup` (scripts/setup_simgrid.sh)"
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_two_host_transfer_matches_its_closed_form() -> None:
     """One message of S bytes between two namespaces: latency + S / link rate, exactly."""
@@ -50,6 +51,7 @@ def test_two_host_transfer_matches_its_closed_form() -> None:
     assert got.messages == 1
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_ring_all_reduce_and_shared_cores_match_their_closed_forms() -> None:
     """4 ranks: 1 s of work each on 2 shared cores takes 2 s; then a ring all-reduce of S bytes takes
@@ -72,6 +74,7 @@ def test_platform_builders() -> None:
     assert nodes.world_size == 6 and nodes.xml.count("<zoneRoute") == 3 * 2 and nodes.xml.count('<link id="nic') == 3
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_nics_are_shared_by_a_machines_gpus() -> None:
     """Two GPUs of machine 0 each send S to machine 1: one NIC carries 2 S; inside a machine NVLink is quick."""
@@ -128,6 +131,7 @@ def test_recording_repeats_keep_the_schedule_and_median_the_work() -> None:
     assert [type(i) for i in got[0]][0] is Compute and any(isinstance(i, Comm) for i in got[0])
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_a_hook_step_overlaps_buckets_with_backward() -> None:
     """Two buckets on two lanes: the first bucket's all-reduce runs while backward goes on (hidden), the
@@ -272,6 +276,7 @@ def test_width_dependent_schemes_are_recorded_at_their_width() -> None:
     assert plan("unknown-scheme", 1128, {}) is None  # a new scheme is recorded exactly until shown otherwise
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_collapsed_rings_take_the_time_of_their_steps() -> None:
     """A ring all-reduce on 3 machines x 2 GPUs (two-level) and a ring all-gather among 3 of them: one flow per
@@ -288,6 +293,7 @@ def test_collapsed_rings_take_the_time_of_their_steps() -> None:
     assert collapsed.messages < stepwise.messages
 
 
+@pytest.mark.slow
 @needs_simgrid
 def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
     """`validate` with three launches of one cell: one row per scheme and link rate, `launches` 3, measured and
@@ -329,6 +335,7 @@ def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
     json.dumps(rows)  # the CSV's rows are plain numbers
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_paper_setting_records_each_zen_path_once_and_zen_takes_the_faster() -> None:
     """`simulator paper` on 2 machines x 2 GPUs: zen, zen-bp and zen-hc share two recordings (BP, HC), zen's step
@@ -344,6 +351,7 @@ def test_paper_setting_records_each_zen_path_once_and_zen_takes_the_faster() -> 
     assert all(r.step_s >= got["none"].step_s for r in got.values())
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_fig8_simulated_is_never_faster_than_its_bytes_and_scales_the_byte_model(tmp_path) -> None:
     """`simulator fig8` at 3 and 4 GPUs without latency: no scheme beats its busiest rank's bytes over the
@@ -384,6 +392,7 @@ def test_llm_slices_are_each_tensors_piece_and_the_pattern_counts_blocks() -> No
     assert union == pytest.approx(2 / 32) and blocks == pytest.approx(0.5)
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_llm_simulated_allreduce_takes_the_nic_bound_and_zen_is_its_faster_path(tmp_path) -> None:
     """`python -m simulator llm` on a synthetic DGC trace (3 workers, two tensors): AllReduce's exposed time is the
@@ -416,6 +425,7 @@ def test_llm_simulated_allreduce_takes_the_nic_bound_and_zen_is_its_faster_path(
     assert main(["llm", "--profile", str(tmp_path / "p"), "--nodes", "4", "--csv", str(out)]) == 2
 
 
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_a_machine_as_one_endpoint_carries_its_gpus_bytes_and_keeps_the_step() -> None:
     """`simulate(per="machine")`: each machine's merged primitives carry exactly the bytes its GPUs' shard groups

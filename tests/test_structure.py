@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import zen
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +39,7 @@ def _imports(tree: ast.Module, top_only: bool, modules: dict[str, ast.Module] | 
     return names
 
 
+@pytest.mark.slow
 def test_importing_zen_loads_nothing_of_the_harness() -> None:
     code = ("import sys, zen; print(sorted(m for m in sys.modules if m.split('.')[0] in "
             f"{HARNESS!r}))")

@@ -17,7 +17,7 @@ from zen.ddp import BucketRouter
 from zen.prediction import predict, validation_meta
 from zen.types import WireLayout
 
-from .test_train import FakeBucket
+from .helpers import FakeBucket
 
 P = 2  # bitwise equality with DDP's allreduce needs a sum whose order cannot differ: two ranks
 BAGS = {"t0": (120, 8), "t1": (60, 4), "t2": (90, 8)}  # name: (rows, width), as tests/torchrec_cases.py has them
@@ -34,6 +34,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     return spawn("tests.torchrec_cases:everything", P, {"out": str(out)}, timeout_s=900)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plan", ["dp", "mixed"])
 def test_parameters_equal_plain_dmp_bit_for_bit(ranks: list[dict], plan: str) -> None:
     assert ranks[0]["tables"] == [BAGS, SEQS]  # the model of the rank bodies (torchrec is imported there only)
@@ -45,6 +46,7 @@ def test_parameters_equal_plain_dmp_bit_for_bit(ranks: list[dict], plan: str) ->
         assert cell["zen"]["states"] == ["ebc", "ec"] and cell["zen+dense"]["states"] == ["dense", "ebc", "ec"]
 
 
+@pytest.mark.slow
 def test_sparse_params_of_a_sharded_model_are_its_data_parallel_tables(ranks: list[dict]) -> None:
     """zen.embedding_params(dmp): every data-parallel table view, not the table-wise one (its gradient is no
     DDP's), nothing dense."""
@@ -57,6 +59,7 @@ def _rows(touched: list[list[int]], offset: int = 0) -> list[torch.Tensor]:
     return [torch.tensor(t, dtype=torch.int64) + offset for t in touched]
 
 
+@pytest.mark.slow
 def test_bytes_per_part_are_the_rows_touched(ranks: list[dict]) -> None:
     """Each table of its own width is one part, rows of that width; two neighbouring tables of one width (the
     EmbeddingCollection's) travel as one part over their rows. zen-hc's bytes follow from the row sets alone:
@@ -76,6 +79,7 @@ def test_bytes_per_part_are_the_rows_touched(ranks: list[dict]) -> None:
                 assert sum(phases.values()) < rows * width * 4 / 2  # rows touched, far from the table
 
 
+@pytest.mark.slow
 def test_a_ddp_that_has_a_hook_and_an_unknown_version_are_refused_clearly(ranks: list[dict]) -> None:
     for rank in ranks:
         assert rank["refused_layout"].startswith("TorchrecLayoutError") and "already has a communication hook" \
@@ -85,6 +89,7 @@ def test_a_ddp_that_has_a_hook_and_an_unknown_version_are_refused_clearly(ranks:
         assert rank["accepted_version"] == "accepted"
 
 
+@pytest.mark.slow
 def test_zen_train_torchrec_mode_matches_torchrec_and_counts_the_rows(ranks: list[dict]) -> None:
     """dlrm tiny through DMP (every table data-parallel; the largest table-wise): zen trains exactly as
     torchrec's own wrapping and its bytes per step are the tables' touched rows, not the tables."""
@@ -98,6 +103,7 @@ def test_zen_train_torchrec_mode_matches_torchrec_and_counts_the_rows(ranks: lis
         assert runs["none"]["summary"]["bytes_received_per_step"] == 0
 
 
+@pytest.mark.slow
 def test_import_zen_does_not_import_torchrec() -> None:
     code = "import sys, zen, zen.integrations, zen.ddp; assert 'torchrec' not in sys.modules, 'imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

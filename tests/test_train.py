@@ -31,6 +31,8 @@ from workloads.train import TrainConfig, rank_main
 from zen.cli import main as zen_main
 from zen.ddp import BucketRouter
 
+from .helpers import FakeBucket
+
 PLUGIN = __name__
 ROWS, CLASSES, BAG, BATCH = (500, 300, 200), 4, 6, 16
 REAL = tuple(builtin_workloads())  # bert, dlrm, gpt2, lstm and any workload added to the package
@@ -107,6 +109,7 @@ def _max_rel_diff(losses: list[float], reference: list[float]) -> float:
     (2, "toy", []),  # dense gradients, one mixed bucket: split by the router
     (3, "toy-sparse", ["--bucket-cap-mb", "0.01"]),  # COO gradients, one bucket per embedding
 ])
+@pytest.mark.slow
 def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     # DDP's built-in all-reduce only with dense gradients: its all-reduce of COO gradients over gloo corrupts
     # the heap (torch 2.13.0+cpu; see workloads/torch_hooks.py), which aborted this test now and then
@@ -138,6 +141,7 @@ def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     assert set(runs["zen"]["summary"]["zen_choice"].split(",")) <= {"bp", "hc"}  # per part (lanes choose apart)
 
 
+@pytest.mark.slow
 def test_a_scheme_is_not_charged_for_the_previous_schemes_skew(tmp_path):
     """Interleaved, `none`'s rank 0 ends each step DAWDLE_S after the others; every step starts from a
     barrier, so the next scheme's step does not count that wait (a step's time is its slowest rank's)."""
@@ -148,6 +152,7 @@ def test_a_scheme_is_not_charged_for_the_previous_schemes_skew(tmp_path):
     assert runs["allreduce"]["iter_s_median"] < DAWDLE_S / 2
 
 
+@pytest.mark.slow
 def test_compressed_training_sums_the_same_choice_through_every_sparse_scheme(tmp_path):
     """--compress on the sparse schemes: each sums exactly what the compressors chose, so their loss curves
     agree; allreduce and PyTorch's hooks (fp16, PowerSGD) stay dense and uncompressed."""
@@ -166,28 +171,6 @@ def test_compressed_training_sums_the_same_choice_through_every_sparse_scheme(tm
     assert runs["zen"]["summary"]["bytes_received_per_step"] < dense
     for name in ("fp16", "powersgd-2"):
         assert _max_rel_diff(runs[name]["steps"]["loss"], runs["allreduce"]["steps"]["loss"]) < 0.05, name
-
-
-class FakeBucket:
-    """What the router reads from a dist.GradBucket, laid out as DDP does (views back to back)."""
-
-    def __init__(self, params: list[torch.Tensor]):
-        self._params = params
-        self._buffer = torch.arange(sum(p.numel() for p in params), dtype=torch.float32)
-        self._grads = list(zip(params, self._buffer.split([p.numel() for p in params]), strict=True))
-
-    def buffer(self) -> torch.Tensor:
-        return self._buffer
-
-    def index(self) -> int:
-        return 0
-
-    def parameters(self) -> list[torch.Tensor]:
-        return self._params
-
-    def gradients(self) -> list[torch.Tensor]:
-        return [g.view(p.shape) for p, g in self._grads]
-
 
 
 def test_router_splits_a_bucket_into_embedding_rows_and_dense_runs():
@@ -229,6 +212,7 @@ def test_bad_arguments_are_reported_before_any_rank_starts(capsys, argv, message
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.is_file(), reason="torchrun not installed beside python")
 def test_torchrun_runs_one_rank_per_process_and_logs_to_wandb_offline(tmp_path):
     out = tmp_path / "torchrun.json"
@@ -252,6 +236,7 @@ def rank_many(configs: list[dict]) -> list[dict]:
     return [rank_main(config) for config in configs]
 
 
+@pytest.mark.slow
 def test_real_workloads_tiny_zen_matches_allreduce(tmp_path):
     """Every workload of the package in one spawn (the four: about 20-40 s on 2 cores), so not marked slow."""
     configs = [asdict(TrainConfig(workload=w, preset="tiny", schemes=["allreduce", "zen"], steps=5, warmup=1,
@@ -276,6 +261,7 @@ def _no_emulated_cluster() -> str | None:
         return str(exc)
 
 
+@pytest.mark.slow
 def test_training_on_the_emulated_cluster_matches_loopback(tmp_path):
     """--bandwidth runs the same ranks behind shaped links: same losses, bytes, and the config says so. zen-hc:
     its bytes follow from the data alone (zen picks BP or HC per part by measured time, which differs between
@@ -294,6 +280,7 @@ def test_training_on_the_emulated_cluster_matches_loopback(tmp_path):
         assert a["summary"]["bytes_received_per_step"] == b["summary"]["bytes_received_per_step"]
 
 
+@pytest.mark.slow
 def test_bandwidth_is_refused_under_torchrun_and_checked(capsys, monkeypatch):
     assert zen_main(["train", "--plugin", PLUGIN, "--workload", "toy", "--bandwidth", "fast"]) == 2
     assert "fast" in capsys.readouterr().err

@@ -188,6 +188,7 @@ def _error_of(fn: Any) -> str:
     return "no error"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("intra", ["dense", "sparse"])
 @pytest.mark.parametrize(("P", "k", "bad_k"), [(4, 2, 3), (6, 2, 4)], ids=["2x2", "3x2"])
 def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int, intra: str) -> None:
@@ -229,6 +230,7 @@ def auto_ranks(k: int, calls: int, scheme_name: str = "zen-hc") -> list[tuple[st
     return seen
 
 
+@pytest.mark.slow
 def test_intra_auto_tries_each_then_all_ranks_keep_one() -> None:
     from zen.twolevel import CANDIDATES, TRIAL_CALLS
 
@@ -241,6 +243,7 @@ def test_intra_auto_tries_each_then_all_ranks_keep_one() -> None:
     assert len(kept) == 1 and kept <= set(CANDIDATES)  # one choice, the same on every rank
 
 
+@pytest.mark.slow
 def test_intra_auto_times_zen_only_once_it_has_settled() -> None:
     """zen spends its first calls of a size choosing BP or HC (2 BP, then 2 of each HC variant): each candidate
     runs those untimed before its timed calls, so the trial compares the paths zen will keep, not BP's."""
@@ -263,6 +266,7 @@ def test_intra_auto_times_zen_only_once_it_has_settled() -> None:
     assert ZenAuto(choice="hc").settling_calls(SimComm(group, 0)) == 0
 
 
+@pytest.mark.slow
 def test_ddp_hook_two_level_trains_like_allreduce() -> None:
     """Embedding rows two-level (dense tables), COO gradients flat beside it: DDP's losses and parameters."""
     two = {"ranks_per_node": 2, "intra": "dense"}
@@ -300,6 +304,7 @@ def node_ranks(k: int) -> dict[str, Any]:
             "sent": dict(stats.traffic.sent)}
 
 
+@pytest.mark.slow
 def test_emulated_cluster_puts_a_node_in_one_namespace() -> None:
     from harness.netem import NetemError, emulated_cluster
 
@@ -319,6 +324,7 @@ def test_emulated_cluster_puts_a_node_in_one_namespace() -> None:
         assert inter <= up < intra / 4, (n, up, inter, intra)
 
 
+@pytest.mark.slow
 def test_ab_script_alternates_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
     """scripts/twolevel_ab.py times flat and two-level zen in one launch: a row each, two-level's uplink bytes
     the lower (the node's union crosses once), and a refused layout exits 2."""

@@ -135,8 +135,9 @@ class DenseOutput(Output):
             self._scatter(_interleaved(shards), divide=False)
 
     def _few_rows(self, sets: list[RowSet]) -> bool:
-        """Whether scattering beats streaming all M rows (measured on one core: 100k x 128 fp32 rows, 5% of
-        them in four sets: 2.1 vs 5.2 ms; 840k x 16 rows at 2%: 4.7 vs 6.1 ms; 2^24 x 1 at 0.5%: 1.4 vs 4.8 ms)."""
+        """Whether scattering the touched rows beats streaming all M rows: a scatter pays per row touched, a
+        stream per row of the output, and a wide row spreads a scatter's random access over more bytes
+        (`_few`'s break-even points were measured; the timings are in BENCHMARKS.md)."""
         assert self.grad is not None
         return self._few(self.grad.nnz + sum(int(index.numel()) for index, _ in sets))
 

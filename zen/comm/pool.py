@@ -2,8 +2,8 @@
 
 glibc gives heap memory back to the kernel once the free top of its heap passes a trim threshold (twice the
 largest block it has mmapped and freed, a few MB here). A call that allocates and frees a few MB of send and
-receive buffers then meets fresh pages every time: about 1,300 minor faults per HC call at 2^24 and 1% on
-loopback, 3 of its 19 ms of CPU (scripts/stage_times.py counts them). A pooled buffer is handed out again only
+receive buffers then meets fresh pages every time, and faulting them in is a visible share of a call's CPU
+(scripts/stage_times.py counts them; the numbers are in BENCHMARKS.md). A pooled buffer is handed out again only
 when no tensor views it any more (its storage's use count), so a received message a caller keeps (a sparse
 result that is one received row set) is never overwritten. Device buffers come from torch's caching allocator,
 which already reuses them in stream order; the pool serves host buffers only. One thread at a time, as a

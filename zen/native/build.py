@@ -114,10 +114,11 @@ def check_arch_coverage(arch_list: str) -> None:
 def build_dir(kind: str) -> Path:
     """Where the `kind` build lives: keyed by what it was built for, so a build never loads where it does not
     fit. CPU: the CPU's model and flags (-march=native). CUDA: the architecture list, torch's version and
-    its CUDA version. Both: the kernels' sources."""
+    its CUDA version. Both: the kernels' sources and the headers they share."""
     import torch
 
-    sources = hashlib.sha1(b"".join((CSRC / s).read_bytes() for s in SOURCES[kind])).hexdigest()[:8]
+    files = [CSRC / s for s in SOURCES[kind]] + sorted(CSRC.glob("*.h"))
+    sources = hashlib.sha1(b"".join(f.read_bytes() for f in files)).hexdigest()[:8]
     if kind == "cpu":
         return build_root() / f"cpu-{host_cpu_tag()}-{sources}"
     key = "|".join([cuda_arch_list(), torch.__version__, str(torch.version.cuda)])

@@ -7,7 +7,10 @@ import os
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = {"cpu": ("zen_cpu.cpp",), "cuda": ("zen_cuda_binding.cpp", "zen_cuda.cu")}
+# The CPU kernels, one file per family (zen_cpu.h says which), and the binding that exposes them.
+CPU_SOURCES = ("zen_cpu_binding.cpp", "zen_cpu_scan.cpp", "zen_cpu_hash.cpp", "zen_cpu_bitmap.cpp", "zen_cpu_pull.cpp",
+               "zen_cpu_merge.cpp", "zen_cpu_write.cpp", "zen_cpu_sweep.cpp", "zen_cpu_gaps.cpp")
+SOURCES = {"cpu": CPU_SOURCES, "cuda": ("zen_cuda_binding.cpp", "zen_cuda.cu")}
 NVCC_FLAGS = ["-O3"]  # torch adds -std=c++20, its COMMON_NVCC_FLAGS and the -gencode flags
 
 

@@ -31,7 +31,7 @@ struct Family {
   int levels;  // k + 1
 };
 
-// MurmurHash3's 32-bit finalizer multipliers (fmix32; the CPU's 16-lane form in zen_cpu.cpp uses them too).
+// MurmurHash3's 32-bit finalizer multipliers (fmix32; the CPU's 16-lane form in zen_cpu_hash.cpp uses them too).
 constexpr uint32_t kFmixMul1 = 0x85EBCA6Bu;
 constexpr uint32_t kFmixMul2 = 0xC2B2AE35u;
 
@@ -75,7 +75,7 @@ inline Family make_family(const std::vector<int64_t>& a, const std::vector<int64
 
 // ---------------------------------------------------------------------------------------------------
 // Host-side checks and dispatch. kDevice is the device a backend's tensors must be on (CPU for
-// zen_cpu.cpp, CUDA for zen_cuda.cu); it also names the backend in error messages.
+// zen_cpu_*.cpp, CUDA for zen_cuda.cu); it also names the backend in error messages.
 
 template <c10::DeviceType kDevice>
 constexpr const char* backend_name() {

@@ -1,4 +1,4 @@
-// CUDA kernels for the hot paths of Zen's balanced parallelism; same contracts as zen_cpu.cpp.
+// CUDA kernels for the hot paths of Zen's balanced parallelism; same contracts as the CPU kernels (zen_cpu.h).
 //
 // Only ATen core headers are included (no c10/cuda, no ATen/cuda): the file must compile with nvcc
 // against the headers of a CPU-only torch wheel, which is how CI checks it. The caller passes the
