@@ -212,6 +212,7 @@ def test_the_hook_verdict() -> None:
 
 # ---- the scripts without CUDA ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["gpu_check.py", "nccl_check.py"])
 def test_the_scripts_exit_2_without_a_gpu(script: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / script)], capture_output=True, text=True,

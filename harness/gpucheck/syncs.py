@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,7 +31,8 @@ class SyncCounter:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        self._backward = {threading.main_thread().ident}
+        # threads, not their idents: an ended thread's ident is reused by the next one
+        self._backward: weakref.WeakSet[threading.Thread] = weakref.WeakSet([threading.main_thread()])
         self._call = threading.local()
         self._lock = threading.Lock()
         self._forward: Callable[..., Any] = warnings.showwarning
@@ -41,7 +43,7 @@ class SyncCounter:
 
         def counted(state, bucket):  # no annotations: see the docstring
             with self._lock:
-                self._backward.add(threading.get_ident())
+                self._backward.add(threading.current_thread())
             self._call.kind = "last bucket" if bucket.is_last() else "hook"
             try:
                 return hook(state, bucket)
@@ -58,7 +60,7 @@ class SyncCounter:
         thread = threading.current_thread()
         if thread.name.startswith(LANE_PREFIX):
             return "lane"
-        return "backward" if threading.get_ident() in self._backward else thread.name
+        return "backward" if thread in self._backward else thread.name
 
     def _record(self, message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
         if SYNC_MESSAGE in str(message):
