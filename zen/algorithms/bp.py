@@ -8,13 +8,12 @@ from collections.abc import Callable
 
 import torch
 
-from zen import native
+from zen.algorithms.partitions import PARTITIONS, HashPartitions, Partitioner, RangePartitions
 from zen.comm.base import Communicator, Packed, count_meta, gather_v_meta
 from zen.costmodel import Prediction, Sparsity
 from zen.device import accelerated
 from zen.encodings import PullMessage, get_encoding, nonzero_rows
 from zen.grad import LocalGrad
-from zen.algorithms.partitions import PARTITIONS, HashPartitions, Partitioner, RangePartitions
 from zen.hashing import HashFamily
 from zen.output import Output
 from zen.registry import register_scheme

@@ -17,8 +17,16 @@ import torch
 
 from zen import native
 from zen.device import accelerated
-from zen.hashing import (HashFamily, ServerRanks, hierarchical_hash, membership_words, ranks_in, server_bits,
-                         server_ranks, server_rows)
+from zen.hashing import (
+    HashFamily,
+    ServerRanks,
+    hierarchical_hash,
+    membership_words,
+    ranks_in,
+    server_bits,
+    server_ranks,
+    server_rows,
+)
 from zen.rows import take_rows
 
 Grouped = tuple[torch.Tensor, torch.Tensor, list[int] | torch.Tensor, int]  # wire ids, rows, counts, serial
