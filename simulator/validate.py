@@ -23,6 +23,7 @@ import torch
 
 from simulator import engine, platform
 from simulator.calibrate import MessageCost
+from simulator.paper import ZEN_PATHS
 from simulator.record import counted, part_call, record
 from simulator.schedule import Comm, Compute, Item, StepResult
 from simulator.step import Calls, ddp_calls, step_streams
@@ -111,7 +112,7 @@ def with_costs(calls: Calls, cost: MessageCost, world: int) -> Calls:
 @dataclass
 class Recorded:
     """A cell's schedules, recorded once and simulated at every link rate: per scheme its variants' calls
-    (zen: the BP and the HC path), message CPU included; torch's kinds (`none`, `ddp`) need none."""
+    (zen: each of its plans), message CPU included; torch's kinds (`none`, `ddp`) need none."""
 
     t: Timeline
     world: int
@@ -128,7 +129,7 @@ def record_cell(t: Timeline, rows: list[dict[str, torch.Tensor]], schemes: list[
     for name in schemes:
         if name in TORCH_KINDS:
             continue
-        variants = {"bp": {"choice": "bp"}, "hc": {"choice": "hc"}} if name == "zen" else {"": {}}
+        variants = {p: {"choice": p} for p in ZEN_PATHS["zen"]} if name == "zen" else {"": {}}
         calls[name] = {v: with_costs({**dense, **record_calls(name, t, rows, seed, **opts)}, cost, world)
                        for v, opts in variants.items()}
     return Recorded(t, world, cost, calls, with_costs(ddp_calls(t, world), cost, world))

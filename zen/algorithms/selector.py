@@ -3,8 +3,9 @@
 
 The plans: BP over hash partitions or over equal ranges, HC with gap-coded or plain ids, and HC without its merge
 (one all-gather) with either. After the measuring BP calls every rank all-gathers what it knows (its rows, its
-push and serve counts, its rows per range: zen.algorithms.plans.Counts), and every rank predicts each plan's time
-from those exact counts, the busiest rank's bytes over the link's rate plus its messages' latency. Which BP
+push and serve counts, its ids' gap-coded size, its rows per range: zen.algorithms.plans.Counts), and every
+rank predicts each plan's time from those counts, the busiest rank's bytes over the link's rate plus its
+messages' latency. Which BP
 (hash or ranges) and which HC (HC, or its all-gather where overlap saves less than TIE) are settled by that
 prediction alone (`plans.families`); on a simulated group, whose clock means nothing, so is BP against HC.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from zen import costmodel
+from zen import costmodel, gaps
 from zen.algorithms import plans
 from zen.algorithms.bp import BalancedParallelism
 from zen.algorithms.gather import GatherRows
@@ -161,13 +162,14 @@ class ZenAuto:
         ids = grad.rows()[0]
         ranges = torch.tensor(even_bounds(M, n), dtype=ids.dtype, device=ids.device)
         pushed = stats.push_counts if stats.push_counts is not None else [0] * n
-        mine = torch.cat([torch.tensor([stats.nnz, stats.server_count or 0], device=ids.device),
+        head = [stats.nnz, stats.server_count or 0, gaps.nbytes(ids)]
+        mine = torch.cat([torch.tensor(head, device=ids.device),
                           torch.as_tensor(pushed, device=ids.device).to(torch.int64).view(-1),
                           torch.searchsorted(ids, ranges).diff().to(torch.int64)])
         if n == 1:
             rows = [mine.tolist()]
         else:
-            gathered = comm.all_gather_v((mine,), phase="meta", bound=lambda j: [2 + 2 * n])
+            gathered = comm.all_gather_v((mine,), phase="meta", bound=lambda j: [3 + 2 * n])
             rows = [message[0].tolist() for message in gathered]
         _, offsets = self.bp.partitioner(comm.shared_seed).server_rows(M, n, grad.device)
         counts = plans.Counts.from_rows(layout, rows, [offsets[j + 1] - offsets[j] for j in range(n)])
@@ -175,7 +177,7 @@ class ZenAuto:
         stats.extra["gamma_n"] = union / mean if mean else 1.0
         return plans.predicted_times(counts, self.net, self._plans())
 
-    def _plans(self) -> dict[str, object]:
+    def _plans(self) -> dict[str, Scheme]:
         return {name: self.plan(name) for name in plans.PLANS}
     def choose(self, w: costmodel.Sparsity) -> str:
         """The closed forms' rule (Theorem 1), where only the statistics are known (the cluster model): whichever
