@@ -203,7 +203,7 @@ def _global(item: Comm, j: int, gpus: int, nodes: int) -> Comm:
                 {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize, group)
 
 
-ZEN_PATHS = {"zen": ("bp", "bp-range", "hc", "ag"), "zen-bp": ("bp",), "zen-hc": ("hc",)}
+ZEN_PATHS = {"zen": ("bp", "bp-range", "hc", "ag"), "zen-bp": ("bp",), "zen-hc": ("hc",), "zen-bp-range": ("bp-range",)}
 
 
 def variants(name: str) -> list[tuple[str, dict[str, object]]]:
