@@ -66,19 +66,23 @@ def test_overlap_keeps_bp_over_hashes_and_hc() -> None:
 
 
 def test_predicted_times_follow_the_busiest_server() -> None:
-    """Two partitionings with the same bytes in all: the one whose busiest server pulls more is slower."""
+    """Partitionings that push and pull the same bytes in all: the one whose busiest server takes more pushes,
+    or sends a larger pull, is predicted slower."""
     layout = WireLayout(4, 4000, 1, 4, 4)
     even = [[250] * 4 for _ in range(4)]
     skewed = [[400, 200, 200, 200] for _ in range(4)]
     net = costmodel.Network(alpha=0.0, bandwidth=1e9)
     schemes = {name: make_scheme("zen").plan(name) for name in plans.PLANS}
-    base = plans.Counts(layout, [1000] * 4, skewed, [1000] * 4, [1000] * 4, even, [1000] * 4)
-    times = plans.predicted_times(base, net, schemes)
-    assert times["bp-range"] < times["bp"]
-    flipped = plans.Counts(layout, [1000] * 4, even, [1000] * 4, [1000] * 4, skewed, [1000] * 4)
-    times = plans.predicted_times(flipped, net, schemes)
-    assert times["bp"] < times["bp-range"]
-    assert plans.families(times) == ("bp", "ag")  # disjoint ranks' rows: the all-gather is HC's plan
+
+    def times(hash_push: list[list[int]], served: list[int], range_push: list[list[int]]) -> dict[str, float]:
+        counts = plans.Counts(layout, [1000] * 4, hash_push, served, [1000] * 4, range_push, [1000] * 4)
+        return plans.predicted_times(counts, net, schemes)
+
+    pushes = times(skewed, [550] * 4, even)  # the same pulls (ranges: 2,200 union rows spread evenly)
+    assert pushes["bp-range"] < pushes["bp"]
+    pulls = times(even, [700, 500, 500, 500], even)  # the same pushes
+    assert pulls["bp-range"] < pulls["bp"]
+    assert plans.families(pulls)[0] == "bp-range" and plans.families(times(even, [550] * 4, skewed))[0] == "bp"
 
 
 @pytest.mark.parametrize("choice", plans.PLANS)
