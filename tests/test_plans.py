@@ -74,15 +74,17 @@ def test_predicted_times_follow_the_busiest_server() -> None:
     net = costmodel.Network(alpha=0.0, bandwidth=1e9)
     schemes = {name: make_scheme("zen").plan(name) for name in plans.PLANS}
 
-    def times(hash_push: list[list[int]], served: list[int], range_push: list[list[int]]) -> dict[str, float]:
-        counts = plans.Counts(layout, [1000] * 4, hash_push, served, [1000] * 4, range_push, [1000] * 4)
+    def times(hash_push: list[list[int]], served: list[int], range_push: list[list[int]], range_union: list[int]
+              ) -> dict[str, float]:
+        counts = plans.Counts(layout, [1000] * 4, hash_push, served, [1000] * 4, range_push, [1000] * 4, range_union)
         return plans.predicted_times(counts, net, schemes)
 
-    pushes = times(skewed, [550] * 4, even)  # the same pulls (ranges: 2,200 union rows spread evenly)
+    pushes = times(skewed, [550] * 4, even, [550] * 4)  # the same pulls
     assert pushes["bp-range"] < pushes["bp"]
-    pulls = times(even, [700, 500, 500, 500], even)  # the same pushes
+    pulls = times(even, [700, 500, 500, 500], even, [550] * 4)  # the same pushes
     assert pulls["bp-range"] < pulls["bp"]
-    assert plans.families(pulls)[0] == "bp-range" and plans.families(times(even, [550] * 4, skewed))[0] == "bp"
+    assert plans.families(pulls)[0] == "bp-range"
+    assert plans.families(times(even, [550] * 4, even, [700, 500, 500, 500]))[0] == "bp"
 
 
 @pytest.mark.parametrize("choice", plans.PLANS)

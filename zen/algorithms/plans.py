@@ -3,8 +3,8 @@
 After the measuring BP calls every rank has all-gathered, per rank: its non-zero rows, what it pushed to each hash
 server, how many non-zero rows it served, and how many of its rows fall in each of n equal ranges (`Counts`).
 That gives BP's bytes exactly, per rank, sent and received (a server sends its pull message to n - 1 ranks, so
-the busiest server decides, not the mean), the all-gather's exactly, and BP over ranges' push exactly and its
-pull from the ranges' expected union (the ranks' rows independent inside a range, scaled to the measured union).
+the busiest server decides, not the mean), the all-gather's exactly, and BP over ranges' push exactly; its pull
+comes from the result's non-zero rows in each range, which every rank counts on the same result.
 HC's bytes come from the cost model's closed form at the measured gamma, its gap codes scaled by what the ranks'
 own codes measured against random sets'. A plan's time is its busiest rank's
 bytes, sent or received (its messages' headers included), over the link's rate, plus its messages' latency.
@@ -29,14 +29,15 @@ from zen.types import WireLayout
 
 PLANS = ("bp", "bp-range", "hc", "hc-coo", "ag", "ag-coo")
 TIE = 0.05  # predicted or timed differences within this fraction count as a tie
-RANGE_MARGIN = 0.01  # ranges replace hashes only when predicted this much faster: their pull is an estimate
+RANGE_MARGIN = 0.01  # ranges replace hashes only when predicted this much faster (the hashes were measured)
 
 
 @dataclass(frozen=True)
 class Counts:
     """Per rank i: nnz[i] non-zero rows; hash_push[i][j] of them owned by hash server j; served[i] non-zero rows
     of the partition rank i served; coded[i] bytes of its ids gap-coded (zen.gaps); range_push[i][j] of its rows
-    in range j. `owned[j]`: |S_j| of the hash partitions."""
+    in range j. `owned[j]`: |S_j| of the hash partitions; `range_union[j]`: the result's non-zero rows in range j
+    (every rank reads them off the same result)."""
 
     layout: WireLayout
     nnz: list[int]
@@ -45,36 +46,22 @@ class Counts:
     coded: list[int]
     range_push: list[list[int]]
     owned: list[int]
+    range_union: list[int]
 
     def row(self, rank: int) -> list[int]:
         """Rank `rank`'s numbers as one flat row (what the selector all-gathers)."""
         return [self.nnz[rank], self.served[rank], self.coded[rank], *self.hash_push[rank], *self.range_push[rank]]
 
     @classmethod
-    def from_rows(cls, layout: WireLayout, rows: list[list[int]], owned: list[int]) -> Counts:
+    def from_rows(cls, layout: WireLayout, rows: list[list[int]], owned: list[int], range_union: list[int]
+                  ) -> Counts:
         n = layout.world_size
         return cls(layout, [r[0] for r in rows], [list(r[3 : 3 + n]) for r in rows], [r[1] for r in rows],
-                   [r[2] for r in rows], [list(r[3 + n : 3 + 2 * n]) for r in rows], owned)
+                   [r[2] for r in rows], [list(r[3 + n : 3 + 2 * n]) for r in rows], owned, range_union)
 
     @property
     def union(self) -> int:
         return sum(self.served)
-
-
-def range_unions(c: Counts) -> list[float]:
-    """Expected non-zero rows of the union in each equal range: each rank's rows independent inside a range,
-    the total scaled to the measured union (what the hash servers served)."""
-    bounds = even_bounds(c.layout.rows, c.layout.world_size)
-    est = []
-    for j in range(c.layout.world_size):
-        size = bounds[j + 1] - bounds[j]
-        empty = 1.0
-        for counts in c.range_push:
-            empty *= 1.0 - counts[j] / size if size else 1.0
-        est.append(size * (1.0 - empty))
-    total = sum(est)
-    scale = c.union / total if total else 0.0
-    return [min(e * scale, bounds[j + 1] - bounds[j]) for j, e in enumerate(est)]
 
 
 def _bp_time(c: Counts, push: list[list[int]], owned: list[int], union: list[float], bp: BalancedParallelism,
@@ -98,8 +85,8 @@ def predicted_times(c: Counts, net: costmodel.Network, plans: Mapping[str, Any])
     bp, ranged = plans["bp"], plans["bp-range"]
     times["bp"] = _bp_time(c, c.hash_push, c.owned, [float(s) for s in c.served], bp, net)
     bounds = even_bounds(layout.rows, n)
-    times["bp-range"] = _bp_time(c, c.range_push, [bounds[j + 1] - bounds[j] for j in range(n)], range_unions(c),
-                                 ranged, net)
+    times["bp-range"] = _bp_time(c, c.range_push, [bounds[j + 1] - bounds[j] for j in range(n)],
+                                 [float(u) for u in c.range_union], ranged, net)
     mean = sum(c.nnz) / n
     w = costmodel.Sparsity(n=n, rows=layout.rows, density=mean / layout.rows,
                            gamma=costmodel.gamma_from_union(n, c.union / mean), width=layout.width,
@@ -130,7 +117,7 @@ def counts_of(sets: list[torch.Tensor], layout: WireLayout, seed: int, bp: Balan
                   [torch.bincount(hashed.owners(s, n, M), minlength=n).tolist() for s in sets], served,
                   [gaps.nbytes(s) for s in sets],
                   [torch.searchsorted(s.to(torch.int64), ranges).diff().tolist() for s in sets],
-                  [offsets[j + 1] - offsets[j] for j in range(n)])
+                  [offsets[j + 1] - offsets[j] for j in range(n)], torch.searchsorted(union, ranges).diff().tolist())
 
 
 def families(times: dict[str, float], ids: str = "gaps") -> tuple[str, str]:

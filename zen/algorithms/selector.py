@@ -36,8 +36,9 @@ from zen.algorithms.hc import HierarchicalCentralization
 from zen.algorithms.partitions import even_bounds
 from zen.comm.base import Communicator
 from zen.device import Clock
+from zen.encodings import nonzero_rows
 from zen.grad import LocalGrad
-from zen.output import Output
+from zen.output import DenseOutput, Output, RowsOutput
 from zen.registry import register_scheme
 from zen.types import PhaseBytes, SyncStats, WireLayout
 
@@ -110,7 +111,7 @@ class ZenAuto:
             times = self.measured.setdefault(key, [])
             times.append(clock.stop().seconds())
             if len(times) >= self.measure_iters:
-                predicted = self._predict(grad, comm, stats)
+                predicted = self._predict(grad, comm, out, stats)
                 ids = "coo" if self.hc_ids == "coo" else "gaps"
                 bp_plan, hc_plan = plans.families(predicted, ids)
                 chosen = plans.best(predicted, ids)
@@ -155,8 +156,9 @@ class ZenAuto:
         else:
             self.choices[key] = hc_path if hc_best < bp_best else bp_plan
 
-    def _predict(self, grad: LocalGrad, comm: Communicator, stats: SyncStats) -> dict[str, float]:
-        """Every plan's predicted time from the counts every rank all-gathers after a BP call."""
+    def _predict(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> dict[str, float]:
+        """Every plan's predicted time from the counts every rank all-gathers after a BP call, and the BP call's
+        result."""
         n, M = comm.world_size, grad.num_rows
         layout = WireLayout(n, M, grad.row_width, grad.dtype.itemsize, grad.index_dtype().itemsize)
         ids = grad.rows()[0]
@@ -172,7 +174,8 @@ class ZenAuto:
             gathered = comm.all_gather_v((mine,), phase="meta", bound=lambda j: [3 + 2 * n])
             rows = [message[0].tolist() for message in gathered]
         _, offsets = self.bp.partitioner(comm.shared_seed).server_rows(M, n, grad.device)
-        counts = plans.Counts.from_rows(layout, rows, [offsets[j + 1] - offsets[j] for j in range(n)])
+        counts = plans.Counts.from_rows(layout, rows, [offsets[j + 1] - offsets[j] for j in range(n)],
+                                        range_rows(out, ranges))
         union, mean = counts.union, sum(counts.nnz) / n
         stats.extra["gamma_n"] = union / mean if mean else 1.0
         return plans.predicted_times(counts, self.net, self._plans())
@@ -197,3 +200,14 @@ class ZenAuto:
             choice = plans.best(plans.predicted_times(counts, self.net, self._plans()),
                                 "coo" if self.hc_ids == "coo" else "gaps")
         return self.plan(choice).predict(sets, layout)
+
+
+def range_rows(out: Output, bounds: torch.Tensor) -> list[int]:
+    """The result's non-zero rows in each range [bounds[j], bounds[j + 1]): what BP over ranges would pull from each
+    server. One pass over the result, at the call that decides; the same on every rank (the same result bits)."""
+    if isinstance(out, RowsOutput):
+        return torch.searchsorted(out.rows()[0].to(bounds.dtype), bounds).diff().tolist()
+    assert isinstance(out, DenseOutput)
+    mask = nonzero_rows(out.out).to(torch.int64)
+    before = torch.cat([mask.new_zeros(1), torch.cumsum(mask, 0)])
+    return before.index_select(0, bounds.to(torch.int64)).diff().tolist()
