@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from zen.algorithms.partitions import even_bounds
 from zen.comm.base import Communicator, Packed, count_meta, gather_v_meta
 from zen.costmodel import Prediction, Sparsity
 from zen.encodings import get_encoding
@@ -28,11 +29,6 @@ from zen.output import Output
 from zen.registry import register_scheme
 from zen.rows import add_messages, put_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout
-
-
-def even_bounds(size: int, parts: int) -> list[int]:
-    """Boundaries of `parts` even contiguous ranges of [0, size): range j is [b[j], b[j+1])."""
-    return [j * size // parts for j in range(parts + 1)]
 
 
 def range_counts(ids: torch.Tensor, bounds: list[int]) -> list[int]:

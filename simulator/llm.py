@@ -135,7 +135,7 @@ def sync_calls(scheme: str, options: dict[str, object], slices: list[list[torch.
 def simulate(sizes: list[int], chosen: list[list[torch.Tensor]], model: LLM, nodes: int, rates: list[float],
              schemes: list[str], latency_s: float = 10e-6, jobs: int = 1) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` machines x TP GPUs at every NIC rate, "none" computing only; zen is the
-    faster of its two paths (BP, HC), as its trial picks."""
+    fastest of its plans (simulator.paper.ZEN_PATHS), as its trial picks."""
     if len(chosen) < nodes:
         raise ValueError(f"the trace has {len(chosen)} workers, fewer than {nodes} machines")
     slice_sizes, slices = tp_slices(sizes, chosen[:nodes], TP)

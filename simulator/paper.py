@@ -204,12 +204,17 @@ def _global(item: Comm, j: int, gpus: int, nodes: int) -> Comm:
                 {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize, group)
 
 
-ZEN_PATHS = {"zen": ("bp", "hc"), "zen-bp": ("bp",), "zen-hc": ("hc",)}
+ZEN_PLANS = ("bp", "bp-range", "hc", "ag")  # zen's plans, with the ids it takes where nothing is timed
+# at the paper's scale the all-gather is left out: what a rank receives grows with the machines (AGsparse, its COO
+# twin, takes 2.6-12x zen's step at 128-1,024 GPUs), and recording it at 1,024 GPUs holds every machine's rows on
+# every rank
+ZEN_PATHS = {"zen": ZEN_PLANS[:3], "zen-bp": ("bp",), "zen-hc": ("hc",), "zen-bp-range": ("bp-range",)}
 
 
 def variants(name: str) -> list[tuple[str, dict[str, object]]]:
-    """The recorded variants of a scheme: zen's paths as zen runs them with `choice` fixed (both for `zen`, whose
-    trial picks the faster; one for zen-bp and zen-hc, so BP and HC can be told apart), else the scheme."""
+    """The recorded variants of a scheme: zen's plans as zen runs them with `choice` fixed (every plan its
+    selector weighs for `zen`, BP over hashes or ranges, HC or its all-gather, with the ids it prefers where nothing
+    is timed; one for zen-bp and zen-hc, so BP and HC can be told apart), else the scheme."""
     return [("zen", {"choice": c}) for c in ZEN_PATHS[name]] if name in ZEN_PATHS else [(name, {})]
 
 
@@ -218,7 +223,7 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
              ) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
     "none" computing only. Schedules are recorded once and replayed at every rate; zen is whichever of its
-    two paths (BP, HC) gives the shorter step, as its trial picks. `jobs`: simulations run at once. `per`:
+    plans (`ZEN_PATHS`) gives the shorter step, as its trial picks. `jobs`: simulations run at once. `per`:
     "gpu", every GPU a rank with its own flows; "machine", every machine one endpoint (`machine_calls`: 1/gpus
     of the flows, so 1,024 GPUs fit SimGrid's sharing solver here; tests hold it against "gpu")."""
     s = SETTINGS[workload]

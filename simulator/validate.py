@@ -23,6 +23,7 @@ import torch
 
 from simulator import engine, platform
 from simulator.calibrate import MessageCost
+from simulator.paper import ZEN_PLANS
 from simulator.record import counted, part_call, record
 from simulator.schedule import Comm, Compute, Item, StepResult
 from simulator.step import Calls, ddp_calls, step_streams
@@ -111,7 +112,7 @@ def with_costs(calls: Calls, cost: MessageCost, world: int) -> Calls:
 @dataclass
 class Recorded:
     """A cell's schedules, recorded once and simulated at every link rate: per scheme its variants' calls
-    (zen: the BP and the HC path), message CPU included; torch's kinds (`none`, `ddp`) need none."""
+    (zen: each of its plans), message CPU included; torch's kinds (`none`, `ddp`) need none."""
 
     t: Timeline
     world: int
@@ -128,7 +129,7 @@ def record_cell(t: Timeline, rows: list[dict[str, torch.Tensor]], schemes: list[
     for name in schemes:
         if name in TORCH_KINDS:
             continue
-        variants = {"bp": {"choice": "bp"}, "hc": {"choice": "hc"}} if name == "zen" else {"": {}}
+        variants = {p: {"choice": p} for p in ZEN_PLANS} if name == "zen" else {"": {}}
         calls[name] = {v: with_costs({**dense, **record_calls(name, t, rows, seed, **opts)}, cost, world)
                        for v, opts in variants.items()}
     return Recorded(t, world, cost, calls, with_costs(ddp_calls(t, world), cost, world))
@@ -177,15 +178,17 @@ def simulate_cell(rec: Recorded, link_bps: float, schemes: list[str], cores: int
 
 
 def _zen(plat: platform.Platform, t: Timeline, paths: dict[str, Calls]) -> StepResult:
-    """zen's step with the BP-or-HC choice made per embedding part by the simulated step time."""
+    """zen's step with its plan chosen per embedding part by the simulated step time: each part's other plans
+    tried in turn on top of BP, keeping whichever shortens the step."""
     world = plat.world_size
     chosen = dict(paths["bp"])
     best = engine.simulate(plat, step_streams("hook", world, t, chosen))
-    for key, hc in paths["hc"].items():
-        if hc == chosen[key]:
-            continue  # a dense part: the same either way
-        trial = {**chosen, key: hc}
-        result = engine.simulate(plat, step_streams("hook", world, t, trial))
-        if result.step_s < best.step_s:
-            chosen, best = trial, result
+    for key, bp in paths["bp"].items():
+        for name, calls in paths.items():
+            if name == "bp" or calls[key] == bp:
+                continue  # a dense part: the same either way
+            trial = {**chosen, key: calls[key]}
+            result = engine.simulate(plat, step_streams("hook", world, t, trial))
+            if result.step_s < best.step_s:
+                chosen, best = trial, result
     return best

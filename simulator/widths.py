@@ -31,8 +31,8 @@ from simulator.schedule import Comm, Item
 AFFINE = {
     "agsparse": "all-gathers each rank's (ids, rows): no choice at all",
     "sparse_ps": "ids and rows to the owners of contiguous ranges, sums back: no choice at all",
-    "zen": "hashed partitions and the pull encoding are fixed per path (choice=bp|hc); the server's compact or "
-           "dense summing path changes local work, not bytes",
+    "zen": "partitions, pull encoding and id coding are fixed per plan (choice=bp|bp-range|hc|ag...); the "
+           "server's compact or dense summing path changes local work, not bytes",
 }
 OMNI_BLOCK = 256  # OmniReduce's block (the paper's 256 elements, baselines/omnireduce.py's default)
 

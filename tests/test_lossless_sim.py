@@ -66,7 +66,7 @@ def test_selector_picks_hc_for_disjoint_tiny_density_and_bp_for_overlap() -> Non
 
     P = 16
     disjoint = [make_gradient("disjoint", 1 << 18, 0.0005, r, P, seed=1) for r in range(P)]
-    assert zen.simulate("zen", disjoint, warmup=2).stats[0].choice == "hc"
+    assert zen.simulate("zen", disjoint, warmup=2).stats[0].choice == "hc"  # its unions' codes are shorter
     overlapping = [make_gradient("zipf", 1 << 18, 0.01, r, P, seed=1) for r in range(P)]
     assert zen.simulate("zen", overlapping, warmup=2).stats[0].choice == "bp"
 
@@ -129,7 +129,8 @@ def test_selector_trial_does_not_count_waiting_for_a_late_rank() -> None:
     no path changes: the trial compares each path at the rank where it is fastest, the one that waited least.
     Here rank 1 is late for both BP calls; BP itself is the faster path."""
     for choices, _ in _trial_choices({"bp": [], "hc": [0.10, 0.10]}, {1: [0.30, 0.30]}):
-        assert choices == ["bp", "bp", "hc", "hc", "bp"]
+        assert choices[:4] == ["bp", "bp", "hc", "hc"] and choices[4] in ("bp", "bp-range")  # BP's plan: the
+        # partitions predicted faster (at 2 ranks and 997 rows, which is luck of the draw)
 
 
 def test_selector_times_hc_with_plain_ids_too() -> None:
@@ -137,7 +138,7 @@ def test_selector_times_hc_with_plain_ids_too() -> None:
     the coding costs more than it saves (here: slowed), HC keeps plain ids; where it does not, gaps."""
     slow_bp = [0.30, 0.30]
     for choices, kept in _trial_choices({"bp": slow_bp, "hc": [0.10, 0.10, 0.10]}, {}, calls=7, hc_ids="auto"):
-        assert choices == ["bp", "bp", "hc", "hc", "hc", "hc", "hc"] and kept == ["hc-coo"]
+        assert choices == ["bp", "bp", "hc", "hc", "hc-coo", "hc-coo", "hc-coo"] and kept == ["hc-coo"]
     for _, kept in _trial_choices({"bp": slow_bp, "hc_coo": [0.10, 0.10]}, {}, calls=7, hc_ids="auto"):
         assert kept == ["hc"]
 

@@ -231,7 +231,8 @@ def _record_coo(scheme: str, ids: list[torch.Tensor], rows: int, width: int, **o
 
 
 @pytest.mark.parametrize("scheme,options", [("agsparse", {}), ("sparse_ps", {}), ("zen", {"choice": "bp"}),
-                                            ("zen", {"choice": "hc"}), ("omnireduce", {}), ("sparcml", {}),
+                                            ("zen", {"choice": "hc"}), ("zen", {"choice": "bp-range"}),
+                                            ("zen", {"choice": "ag"}), ("omnireduce", {}), ("sparcml", {}),
                                             ("sparcml", {"variant": "ssar_recursive_double"})])
 def test_narrow_recordings_extrapolate_to_the_exact_schedule(scheme: str, options: dict) -> None:
     """Where simulator.widths has a plan, the two narrow recordings' line gives, message by message, exactly the
@@ -338,16 +339,18 @@ def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
 @pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_paper_setting_records_each_zen_path_once_and_zen_takes_the_faster() -> None:
-    """`simulator paper` on 2 machines x 2 GPUs: zen, zen-bp and zen-hc share two recordings (BP, HC), zen's step
-    is the shorter of the two, and every scheme's step is at least the compute alone."""
+    """`simulator paper` on 2 machines x 2 GPUs: zen, zen-bp, zen-bp-range and zen-hc share three recordings (BP
+    over hashes or ranges, HC), zen's step is the shortest of them, and every scheme's step is at least the compute
+    alone."""
     from simulator.paper import simulate
 
     gen = torch.Generator().manual_seed(1)
     rows = 4000
     sets = [torch.randperm(rows, generator=gen)[:120].sort().values for _ in range(4)]
-    got = simulate("dlrm", sets, rows, 2, 2, [25e9], ["allreduce", "zen", "zen-bp", "zen-hc"])[25e9]
-    assert set(got) == {"none", "allreduce", "zen", "zen-bp", "zen-hc"}
-    assert got["zen"].step_s == min(got["zen-bp"].step_s, got["zen-hc"].step_s)
+    names = ["allreduce", "zen", "zen-bp", "zen-bp-range", "zen-hc"]
+    got = simulate("dlrm", sets, rows, 2, 2, [25e9], names)[25e9]
+    assert set(got) == {"none", *names}
+    assert got["zen"].step_s == min(got[n].step_s for n in ("zen-bp", "zen-bp-range", "zen-hc"))
     assert all(r.step_s >= got["none"].step_s for r in got.values())
 
 

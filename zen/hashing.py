@@ -173,13 +173,16 @@ def _server_rows_cached(num_rows: int, n: int, seed: int, device: str) -> tuple[
 
 
 def _server_bits_cached(num_rows: int, n: int, seed: int, device: str) -> torch.Tensor:
-    return TABLES.get(device, ("bits", num_rows, n, seed), lambda: _build_server_bits(num_rows, n, seed, device))
+    return TABLES.get(device, ("bits", num_rows, n, seed),
+                      lambda: membership_words(*_server_rows_cached(num_rows, n, seed, device), num_rows))
 
 
-def _build_server_bits(num_rows: int, n: int, seed: int, device: str) -> torch.Tensor:
-    members, offsets = _server_rows_cached(num_rows, n, seed, device)
+def membership_words(members: torch.Tensor, offsets: tuple[int, ...], num_rows: int) -> torch.Tensor:
+    """(n, ceil(M / 64)) int64 words of servers whose rows are members[offsets[j] : offsets[j + 1]]: bit b of
+    word w of row j is set iff row 64 w + b belongs to server j (any partition of the rows, hashed or ranges)."""
+    n = len(offsets) - 1
     words = -(-num_rows // 64)
-    packed = torch.zeros(n, words * 8, dtype=torch.uint8, device=device)
+    packed = torch.zeros(n, words * 8, dtype=torch.uint8, device=members.device)
     for j in range(n):
         mine = members[offsets[j] : offsets[j + 1]].long()
         packed[j, : -(-num_rows // 8)] = set_bits(mine, num_rows)
@@ -228,8 +231,13 @@ def _server_ranks_cached(num_rows: int, n: int, seed: int, device: str, server: 
 
 def _build_server_ranks(num_rows: int, n: int, seed: int, device: str, server: int) -> ServerRanks:
     members, offsets = _server_rows_cached(num_rows, n, seed, device)
-    mine = members[offsets[server] : offsets[server + 1]].long()
-    bits = set_bits(mine, num_rows)
+    return ranks_in(members[offsets[server] : offsets[server + 1]], num_rows)
+
+
+def ranks_in(mine: torch.Tensor, num_rows: int) -> ServerRanks:
+    """The row -> position lookup of one server whose rows are `mine` (ascending), any partition of the rows."""
+    device = mine.device
+    bits = set_bits(mine.long(), num_rows)
     dtype = torch.int32 if num_rows < 2**31 else torch.int64
     below = _popcount_below_table().to(device=device, dtype=dtype)
     counts = below[(bits.long() << 3) | 7] + (bits >> 7).to(dtype)  # popcount of every byte

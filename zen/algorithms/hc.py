@@ -143,9 +143,11 @@ class HierarchicalCentralization:
                 result = [got]
         out.write(result)
 
-    def closed_form(self, w: Sparsity) -> Prediction:
+    def closed_form(self, w: Sparsity, code_scale: float = 1.0) -> Prediction:
         """sum_i gamma^(2^(i-1)) M d_G rows, plus fold/unfold; each row costs s_i + D s_v as COO, or with
-        `ids="gaps"` the expected gap code of a set of that union's density (section 5)."""
+        `ids="gaps"` the expected gap code of a set of that union's density (section 5), times `code_scale`
+        (what the ranks' own codes measured over what random sets of their density would take: clustered
+        rows code shorter)."""
         fold = Fold(w.n)
         unions = [w.gamma(1 << i) for i in range(fold.levels)]
         messages = fold.levels
@@ -156,7 +158,7 @@ class HierarchicalCentralization:
         def row_bytes(gamma: float) -> float:
             if self.ids == "coo":
                 return w.coo_row
-            return gaps.bytes_per_id(min(1.0, gamma * w.density)) + w.width * w.value_bytes
+            return code_scale * gaps.bytes_per_id(min(1.0, gamma * w.density)) + w.width * w.value_bytes
 
         return Prediction(sum(g * w.nnz * row_bytes(g) for g in unions), messages)
 

@@ -1,0 +1,100 @@
+"""zen's plans (zen.algorithms.plans): each regime gets the plan the prediction says is fastest, lossless, with the
+bytes `predict` says; the predicted times follow the exact counts (the busiest server, not the mean)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zen
+from harness.bench.patterns import make_gradient
+from harness.reference import matches_reference, reference_sum
+from zen import costmodel
+from zen.algorithms import plans
+from zen.prediction import layout_and_sets, predict
+from zen.registry import make_scheme
+from zen.types import WireLayout
+
+
+def _dense_halves(P: int, rows: int = 8192) -> list[torch.Tensor]:
+    """Every rank half full at random: the union is near-dense, so no skew is left for hashing to balance."""
+    out = []
+    for r in range(P):
+        g = torch.Generator().manual_seed(100 + r)
+        t = torch.randn(rows, generator=g)
+        t[torch.rand(rows, generator=g) < 0.5] = 0
+        out.append(t)
+    return out
+
+
+def _run(tensors: list[torch.Tensor], seed: int = 9) -> zen.SimResult:
+    """zen after its measuring calls, lossless and identical on every rank, with the bytes `predict` says."""
+    P = len(tensors)
+    res = zen.simulate("zen", tensors, seed=seed, warmup=2)
+    total, magnitude = reference_sum(tensors)
+    assert all(matches_reference(o, total, magnitude, P) and torch.equal(o, res.outputs[0]) for o in res.outputs)
+    layout, sets = layout_and_sets(tensors, seed)
+    for r, phases in enumerate(predict("zen", sets, layout)):
+        assert {p: v[r] for p, v in res.phases.items() if v[r]} == {p: v for p, v in phases.items() if v}
+    return res
+
+
+@pytest.mark.parametrize("P", [4, 8])
+def test_near_dense_union_takes_equal_ranges(P: int) -> None:
+    """Half-full ranks: the union is near-dense and the ranges' pull is even where the hash servers' S_j are
+    not; the selector takes BP over ranges."""
+    assert _run(_dense_halves(P)).stats[0].choice == "bp-range"
+
+
+@pytest.mark.parametrize("P", [3, 4, 5])
+def test_rows_ranks_barely_share_take_the_all_gather(P: int) -> None:
+    """Sparse random rows: HC's rounds save (nearly) nothing over one all-gather, which skips the merges; HC
+    stays where its codes of the denser unions save more than TIE (disjoint blocks on 4 ranks)."""
+    tensors = [make_gradient("random", 1 << 18, 0.01, r, P, seed=1) for r in range(P)]
+    assert _run(tensors).stats[0].choice == "ag"
+    if P == 4:
+        blocks = [make_gradient("disjoint", 1 << 14, 0.02, r, P, seed=1) for r in range(P)]
+        assert _run(blocks).stats[0].choice == "hc"
+
+
+def test_overlap_keeps_bp_over_hashes_and_hc() -> None:
+    """Zipf rows (skewed, overlapping) on 16 ranks: BP over hash partitions, as before; identical sparse rows: HC."""
+    zipf = [make_gradient("zipf", 1 << 18, 0.01, r, 16, seed=1) for r in range(16)]
+    assert _run(zipf).stats[0].choice == "bp"
+    same = [make_gradient("identical", 1 << 16, 0.0005, r, 8, seed=1) for r in range(8)]
+    assert _run(same).stats[0].choice == "hc"
+
+
+def test_predicted_times_follow_the_busiest_server() -> None:
+    """Partitionings that push and pull the same bytes in all: the one whose busiest server takes more pushes,
+    or sends a larger pull, is predicted slower."""
+    layout = WireLayout(4, 4000, 1, 4, 4)
+    even = [[250] * 4 for _ in range(4)]
+    skewed = [[400, 200, 200, 200] for _ in range(4)]
+    net = costmodel.Network(alpha=0.0, bandwidth=1e9)
+    schemes = {name: make_scheme("zen").plan(name) for name in plans.PLANS}
+
+    def times(hash_push: list[list[int]], served: list[int], range_push: list[list[int]], range_union: list[int]
+              ) -> dict[str, float]:
+        counts = plans.Counts(layout, [1000] * 4, hash_push, served, [1000] * 4, range_push, [1000] * 4, range_union)
+        return plans.predicted_times(counts, net, schemes)
+
+    pushes = times(skewed, [550] * 4, even, [550] * 4)  # the same pulls
+    assert pushes["bp-range"] < pushes["bp"]
+    pulls = times(even, [700, 500, 500, 500], even, [550] * 4)  # the same pushes
+    assert pulls["bp-range"] < pulls["bp"]
+    assert plans.families(pulls)[0] == "bp-range"
+    assert plans.families(times(even, [550] * 4, even, [700, 500, 500, 500]))[0] == "bp"
+
+
+@pytest.mark.parametrize("choice", plans.PLANS)
+@pytest.mark.parametrize("P", [1, 3, 4])
+def test_every_plan_lossless_with_its_bytes(choice: str, P: int) -> None:
+    """Each plan fixed (`choice`): lossless on random and near-dense rows, bytes as its scheme predicts."""
+    for tensors in ([make_gradient("random", 5003, 0.02, r, P, seed=3) for r in range(P)], _dense_halves(P, 5003)):
+        total, magnitude = reference_sum(tensors)
+        res = zen.simulate("zen", tensors, seed=5, choice=choice, warmup=1)  # the seed is fetched once
+        assert all(matches_reference(o, total, magnitude, P) and torch.equal(o, res.outputs[0]) for o in res.outputs)
+        layout, sets = layout_and_sets(tensors, 5)
+        for r, phases in enumerate(predict("zen", sets, layout, choice=choice)):
+            assert {p: v[r] for p, v in res.phases.items() if v[r]} == {p: v for p, v in phases.items() if v}
