@@ -218,6 +218,7 @@ def interleaved_communicators() -> str:
     """Two communicators' all-reduces issued in a rank-dependent order: with every communicator on one stream (NCCL
     on one device) the ranks wait for each other forever; the double names the deadlock."""
     first, second = dist.group.WORLD, dist.new_group()
+    gloo = dist.new_group(backend="gloo")  # to leave together: rank 0 hosts the store the other still reads
     order = (first, second) if dist.get_rank() == 0 else (second, first)
     works = [g.allreduce([torch.ones(2)], dist.AllreduceOptions()) for g in order]
     errors = []
@@ -228,6 +229,7 @@ def interleaved_communicators() -> str:
             errors.append(str(exc))
             first.abort()
             second.abort()
+    dist.barrier(group=gloo)
     return next((e for e in errors if "deadlock" in e), errors[0] if errors else "no error")
 
 

@@ -39,6 +39,7 @@ accelerator code path.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import itertools
 import os
@@ -126,6 +127,21 @@ class _Executor:
 
 
 _SHARED: _Executor | None = None  # ONE_STREAM: every group's stream
+_GROUPS: list[RulesGroup] = []
+
+
+def _quiesce() -> None:
+    """At the interpreter's exit, every group's threads end first: a daemon thread cut off inside gloo's C++ (where
+    it releases the GIL) aborts the process ("terminate called without an active exception")."""
+    for group in _GROUPS:
+        group.aborted = group.aborted or "exiting"
+        group.executor.jobs.put(None)
+    for group in _GROUPS:
+        group.executor.thread.join(timeout=5)
+        group.watchdog.join(timeout=5)
+
+
+atexit.register(_quiesce)
 _ROOT: dist.Store | None = None  # the first group's store: where streams publish what they run, across groups
 
 
@@ -222,7 +238,9 @@ class RulesGroup(dist.ProcessGroup):
         self.aborted: str | None = None
         self._unfinished: dict[int, RulesWork] = {}
         self._lock = threading.Lock()
-        threading.Thread(target=self._watchdog, name=f"{NAME}-watchdog-{self.gid}", daemon=True).start()
+        self.watchdog = threading.Thread(target=self._watchdog, name=f"{NAME}-watchdog-{self.gid}", daemon=True)
+        self.watchdog.start()
+        _GROUPS.append(self)
 
     def getBackendName(self) -> str:
         return NAME

@@ -39,7 +39,8 @@ class _Watch:
         self._cond = threading.Condition()
         self._current: tuple[float, str] | None = None
         self._stopped = False
-        threading.Thread(target=self._loop, name="zen-deadline", daemon=True).start()
+        self._thread = threading.Thread(target=self._loop, name="zen-deadline", daemon=True)
+        self._thread.start()
 
     def arm(self, deadline: float, what: str) -> None:
         with self._cond:
@@ -54,6 +55,7 @@ class _Watch:
         with self._cond:
             self._stopped = True
             self._cond.notify()
+        self._thread.join(timeout=5)
 
     def _loop(self) -> None:
         with self._cond:
@@ -81,9 +83,10 @@ class Completions:
         self._device = device
         self._queue: queue.SimpleQueue[tuple[Any, float, str, torch.futures.Future] | None] = queue.SimpleQueue()
         watch = _Watch(expire)
-        threading.Thread(target=_complete, args=(self._queue, device, watch, failure), name="zen-completion",
-                         daemon=True).start()
-        weakref.finalize(self, self._queue.put, None)
+        thread = threading.Thread(target=_complete, args=(self._queue, device, watch, failure),
+                                  name="zen-completion", daemon=True)
+        thread.start()
+        weakref.finalize(self, _stop, self._queue, thread)  # also at exit: no thread of ours runs past it
 
     def track(self, work: Any, issued: float, seconds: float, what: str,
               result: torch.Tensor | None = None) -> torch.futures.Future:
@@ -92,6 +95,14 @@ class Completions:
         done = result_future(self._device)
         self._queue.put((work, issued + seconds, what, done))
         return done if result is None else done.then(lambda _: result)
+
+
+def _stop(jobs: queue.SimpleQueue, thread: threading.Thread) -> None:
+    """End the completion thread (and its deadline's) once what it was given is done: when the communicator is
+    collected, and at the interpreter's exit, before daemon threads are cut off wherever they are."""
+    jobs.put(None)
+    if thread is not threading.current_thread():
+        thread.join(timeout=5)
 
 
 def _complete(jobs: queue.SimpleQueue, device: torch.device, watch: _Watch, failure: Callable[[], str | None]) -> None:
