@@ -31,7 +31,7 @@ from zen.registry import schemes
 STAGES = [
     ("extract", "zen.grad", "LocalGrad.rows"),
     ("input check", "zen.sync.synchronizer", "check_parts"),
-    ("partition", "zen.algorithms.bp", "BalancedParallelism.partition"),
+    ("partition", "zen.algorithms.partitions", "HashPartitions.group"),
     ("all-to-all", "zen.comm.dist", "DistComm.all_to_all_v"),
     ("exchange", "zen.comm.dist", "DistComm.exchange"),
     ("all-gather", "zen.comm.dist", "DistComm.all_gather_v"),

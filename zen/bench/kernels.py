@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from zen import gaps, hashing, native
-from zen.algorithms.bp import BITS_SERVERS, BalancedParallelism, compact_sum
+from zen.algorithms.bp import BITS_SERVERS, compact_sum
+from zen.algorithms.partitions import HashPartitions
 from zen.encodings import get_encoding
 from zen.grad import LocalGrad
 from zen.output import DenseOutput
@@ -198,8 +199,8 @@ class Bench:
                 result.write([(enc.decode(p, members[offsets[j] : offsets[j + 1]], M), v)
                                for j, (p, v) in enumerate(messages)], disjoint=True)
 
-        bp, column = BalancedParallelism(), values.view(-1, 1)
-        return [self.row("BP push: partition", lambda: bp.partition(self.index, column, n, self.family, torch.int32),
+        bp, column = HashPartitions(self.family, 2.0, 0.1), values.view(-1, 1)
+        return [self.row("BP push: partition", lambda: bp.group(self.index, column, n, torch.int32, M),
                          nnz=int(self.index.numel())),
                 self.row("BP server: sum + encode", server, rows=sum(int(i.numel()) for i, _ in pushed)),
                 self.row("BP pull: decode + write", pull, rows=sum(int(v.shape[0]) for _, v in messages))]
