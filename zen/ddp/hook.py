@@ -9,7 +9,9 @@ thread (zen.ddp.worker) with a process group, a communication stream (zen.device
 find_unused_parameters' bitmap all-reduce from the autograd thread) cannot interleave with ours. On gloo,
 `lanes` buckets can be in flight at once, as gloo's two threads run DDP's built-in all-reduces; on NCCL one
 lane issues everything in bucket order (operations of two communicators issued in a rank-dependent order can
-deadlock there, and the device already overlaps them). The lane's stream waits for an event recorded when DDP
+deadlock there, and the device already overlaps them), and the step's last bucket waits in the hook call until
+the lane has issued the rest, then runs there: DDP's own collectives of the step's end come after all of ours on
+every rank (zen.ddp.worker.CommWorker.submit). The lane's stream waits for an event recorded when DDP
 calls the hook (backward's writes of the bucket), and the Future handed back carries the stream dependency
 DDP needs (zen.device.result_future), so no host wait sits on backward's stream.
 
