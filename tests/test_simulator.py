@@ -452,6 +452,7 @@ def test_a_machine_as_one_endpoint_carries_its_gpus_bytes_and_keeps_the_step() -
     assert by_machine["zen-bp"].step_s == pytest.approx(by_gpu["zen-bp"].step_s, rel=0.02)
 
 
+@pytest.mark.slow
 @needs_simgrid
 def test_paper_compute_scale_multiplies_the_roofline_and_a_bad_one_exits_2(tmp_path, capsys) -> None:
     """`--compute-scale`: the compute-only step scales by it exactly (Fig 11's sensitivity rests on that); zero or

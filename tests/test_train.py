@@ -28,6 +28,7 @@ from harness.launch import spawn
 from workloads.base import Workload, builtin_workloads, register_workload
 from workloads.torch_hooks import NATIVE, NO_COMM
 from workloads.train import TrainConfig, rank_main
+from zen.algorithms.plans import PLANS
 from zen.cli import main as zen_main
 from zen.ddp import BucketRouter
 
@@ -138,7 +139,7 @@ def test_every_scheme_matches_allreduce(tmp_path, world_size, workload, extra):
     s = runs["zen"]["summary"]
     assert s["comm_exposed_s_lo"] <= s["comm_exposed_s"] <= s["comm_exposed_s_hi"]
     assert s["samples_per_s"] == pytest.approx(BATCH * world_size / s["iter_s_median"])
-    assert set(runs["zen"]["summary"]["zen_choice"].split(",")) <= {"bp", "hc"}  # per part (lanes choose apart)
+    assert set(runs["zen"]["summary"]["zen_choice"].split(",")) <= set(PLANS)  # per part (lanes choose apart)
 
 
 @pytest.mark.slow
