@@ -128,6 +128,7 @@ class _Executor:
 
 _SHARED: _Executor | None = None  # ONE_STREAM: every group's stream
 _GROUPS: list[RulesGroup] = []
+_STREAM_BROKEN: list[str] = []  # ONE_STREAM: a violation on the one stream holds every group's later operations
 
 
 def _quiesce() -> None:
@@ -293,6 +294,7 @@ class RulesGroup(dist.ProcessGroup):
             self._unfinished[id(work)] = work
 
         def job() -> None:
+            self.broken = self.broken or (_STREAM_BROKEN[0] if _STREAM_BROKEN else None)
             if self.broken is not None or self.aborted is not None:
                 why = self.broken or f"the group was {self.aborted}"
                 work.finish(None, RulesViolation(f"{NAME}: group {self.gid} broke a rule earlier: {why}")
@@ -303,6 +305,8 @@ class RulesGroup(dist.ProcessGroup):
                 results = run(work)
             except RulesViolation as exc:
                 self.broken = str(exc)
+                if ONE_STREAM:
+                    _STREAM_BROKEN.append(self.broken)
                 self._publish(f"{BROKEN} {exc}")  # peers waiting on this rank learn it at once
                 work.finish(None, exc)
                 return

@@ -147,6 +147,8 @@ def test_ranks_die_with_a_killed_launcher(where: str, request: pytest.FixtureReq
         while _running(ranks) and time.monotonic() < killed + 2.0:
             time.sleep(0.05)
         assert not _running(ranks), "ranks outlived their launcher by 2 s"
+        while ids and processes_in(ids) and time.monotonic() < killed + 2.0:  # the namespaces' holders too
+            time.sleep(0.05)
         if ids:
             assert not processes_in(ids)
         sweep_stale_folders()  # what the next launch does first
