@@ -82,13 +82,7 @@ class ZenReduceScatter(ReduceScatter):
         _sum_in_rank_order(output_tensor.view(-1, self.width), got)
         if op == dist.ReduceOp.AVG:
             output_tensor.div_(comm.world_size)
-        rt.last_step.parts.append((stats, self.sparse))
-        rt.last_step.spans.append(clock.stop())
-        if async_op:
-            done: torch.futures.Future = torch.futures.Future()
-            done.set_result([output_tensor])
-            return torch._C._distributed_c10d._create_work_from_future(done)
-        return None
+        return rt.finish(stats, self.sparse, clock.stop(), output_tensor, async_op)
 
     def _config(self, input_tensor: torch.Tensor) -> str:
         """What every rank must agree on for this call: the scheme, the row width, the size, the compressor."""

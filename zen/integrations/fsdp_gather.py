@@ -81,13 +81,7 @@ class DeltaAllGather(AllGather):
         self.valid = True
         if output_tensor.data_ptr() != self.copy.data_ptr():
             output_tensor.copy_(self.copy)
-        rt.last_step.parts.append((stats, False))
-        rt.last_step.spans.append(clock.stop())
-        if async_op:
-            done: torch.futures.Future = torch.futures.Future()
-            done.set_result([output_tensor])
-            return torch._C._distributed_c10d._create_work_from_future(done)
-        return None
+        return rt.finish(stats, False, clock.stop(), output_tensor, async_op)
 
     def _changed(self, rows: torch.Tensor, plan: ChunkPlan) -> tuple[torch.Tensor, torch.Tensor]:
         """Our rows whose bits differ from our shard as last gathered (which they replace there), or the shard

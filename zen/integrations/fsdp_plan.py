@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from zen.comm.base import Communicator, Message
 from zen.compress.base import Compressor
 from zen.ddp.hook import StepRecord
+from zen.types import SyncStats
 
 INDEX = torch.int32  # a row id within a chunk: FSDP's chunks stay far below 2**31 rows
 
@@ -34,6 +36,17 @@ class Runtime:
         if self.last_step.parts:
             self.step += 1
             self.last_step = StepRecord()
+
+    def finish(self, stats: SyncStats, sparse: bool, span: float, output: torch.Tensor, async_op: bool) -> Any:
+        """One collective done: its record in the step's, and what FSDP expects back (a completed Work when it
+        asked for one: the call ran to its end, on the caller's stream)."""
+        self.last_step.parts.append((stats, sparse))
+        self.last_step.spans.append(span)
+        if not async_op:
+            return None
+        done: torch.futures.Future = torch.futures.Future()
+        done.set_result([output])
+        return torch._C._distributed_c10d._create_work_from_future(done)
 
 
 @dataclass(frozen=True)
