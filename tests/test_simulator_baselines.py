@@ -97,3 +97,17 @@ def test_a_missing_block_cost_file_is_one_line_and_exit_2(tmp_path, capsys) -> N
                  str(tmp_path / "none.json"), "--csv", str(tmp_path / "p.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--block-cost" in err[0] and "no such file" in err[0]
+
+
+def test_a_tcp_block_message_is_timed_and_bad_arguments_are_one_line(capsys) -> None:
+    """harness.bench.block_messages: every message sent and received over loopback (the run ends), a positive
+    cost each; a bad count is one line and exit 2."""
+    from harness.bench.block_messages import main, one_run
+
+    cpu, wall = one_run(2000, 1028)
+    assert 0 < cpu < 1e-3 and 0 < wall < 1e-2
+    with pytest.raises(SystemExit) as exit_:
+        main(["--count", "0"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--count" in err[0]
