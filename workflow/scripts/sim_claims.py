@@ -210,10 +210,11 @@ def _omni_cause(b: pd.Series, workload: str, sparsity: pd.DataFrame | None) -> s
     hit = sparsity[sparsity["workload"] == workload] if sparsity is not None and "skew128" in sparsity else None
     if hit is not None and len(hit):
         skew = float(hit["skew128"].iloc[0])
+        union = f" per GPU, {float(hit['union_skew128'].iloc[0]):.1f} summed" if "union_skew128" in hit else ""
         paper = PAPER_SKEW128.get(workload)
         text += (f"; what is left is OmniReduce's imbalance, its even block ranges against the trace's skew: "
-                 f"{skew:.1f} at 128 partitions" + (f" against the paper's > {paper:g} for its LSTM" if paper else
-                                                    " (the paper gives none for this model)"))
+                 f"{skew:.1f} at 128 partitions{union}" + (f", against the paper's > {paper:g} for its LSTM" if paper
+                                                           else " (the paper gives none for this model)"))
     return text
 
 
