@@ -522,6 +522,7 @@ def test_a_short_omnireduce_row_states_its_priced_block_costs_and_the_traces_ske
     assert "85 ns, measured here, 8 threads) is 1.5 ms on the busiest aggregator" in row["why"]
     assert "at least 2.4 ms, under its 198 ms on the links" in row["why"]
     assert "24.9 at 128 partitions per GPU, 16.3 summed, against the paper's > 70 for its LSTM" in row["why"]
+    assert "(200,000 a GPU sends and receives): 1.00 us each on the critical path would close the gap" in row["why"]
     lines = sim_claims.block_cost_lines(cell)
     # Zen's step 170 ms: 2.48 x 170 - 221 = 200.6 ms over 200,000 block messages
     assert lines[2] == "| LSTM | 25 Gbps | 85 ns | 1.50 ms | 2.40 ms | 198 ms | 1.30x (2.48x) | 200,000 | 1.00 us |"
