@@ -111,3 +111,24 @@ def test_a_tcp_block_message_is_timed_and_bad_arguments_are_one_line(capsys) -> 
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--count" in err[0]
+
+
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
+def test_a_priced_block_cost_lengthens_omnireduces_step_once_it_outlasts_the_push() -> None:
+    """2 machines x 2 GPUs: a block cost far above the push's link time makes OmniReduce's step longer by about
+    the busiest aggregator's work; the measured-size cost that hides behind the transfers leaves it as it was."""
+    pytest.importorskip("simgrid", reason="SimGrid's Python module is missing (the simulator's engine)")
+    from simulator.paper import simulate
+
+    gen = torch.Generator().manual_seed(6)
+    rows = 4000
+    sets = [torch.randperm(rows, generator=gen)[:300].sort().values for _ in range(4)]
+    steps = {}
+    for cost in (None, BlockCost(1e-9), BlockCost(1e-3)):
+        notes: dict[str, dict[str, float]] = {}
+        got = simulate("dlrm", sets, rows, 2, 2, [25e9], ["omnireduce"], block_cost=cost, notes=notes)[25e9]
+        steps[cost] = got["omnireduce"].step_s, notes.get("omnireduce", {}).get("aggregator_work_s", 0.0)
+    bare = steps[None][0]
+    assert steps[BlockCost(1e-9)][0] == pytest.approx(bare, rel=1e-6)
+    slow, work = steps[BlockCost(1e-3)]
+    assert work > 0.01 and slow > bare + 0.5 * work
