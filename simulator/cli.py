@@ -2,6 +2,7 @@
 
   timeline   this machine's compute timeline of a workload (one thread, DDP's buckets)
   calibrate  this machine's cost of a message on the emulated cluster
+  blockcost  this machine's cost of OmniReduce's aggregator work per block
   validate   one emulated-cluster cell simulated, beside what `zen train` measured there
   paper      the paper's cluster (and larger) simulated from a paper-density trace
   fig8       Fig 8 with latency and contention: each scheme's embedding sync on a flat cluster
@@ -46,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--bandwidth", default="1gbit")
     c.add_argument("--repeats", type=positive_int, default=20)
     c.add_argument("--out", type=Path, required=True)
+    bc = sub.add_parser("blockcost", help="this machine's cost of OmniReduce's aggregator work per block")
+    bc.add_argument("--out", type=Path, required=True)
     v = sub.add_parser("validate", help="one emulated-cluster cell simulated beside its measurement")
     v.add_argument("--measured", type=Path, nargs="+", required=True,
                    help="`zen train --out` JSONs of one workload and world size (one per link rate), or an "
@@ -69,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "flows: how 1,024 GPUs fit here; docs/simulator.md)")
     pp.add_argument("--compute-scale", type=float, action="append",
                     help="the roofline's compute times this (repeatable; default 1): Fig 11's sensitivity to it")
+    pp.add_argument("--block-cost", type=Path, help="`python -m simulator blockcost --out`: OmniReduce's "
+                    "aggregator work per block, priced (default: left out)")
     pp.add_argument("--csv", type=Path, required=True)
     f = sub.add_parser("fig8", help="Fig 8 with latency and contention, from a paper-density trace")
     f.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
@@ -121,6 +126,13 @@ def _run(args: argparse.Namespace) -> int:
         cost.save(args.out)
         print(cost)
         return 0
+    if args.command == "blockcost":
+        from simulator.omnistream import measure as measure_blocks
+
+        block = measure_blocks()
+        block.save(args.out)
+        print(block)
+        return 0
     if args.command == "validate":
         from simulator.compare import reports_from_throughput, validate_cells
 
@@ -145,14 +157,18 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "paper":
         from harness.provenance import write_csv
+        from simulator.omnistream import BlockCost
         from simulator.paper import table
 
         if not (args.profile / "traces.pt").is_file():
             raise UsageError(f"--profile {args.profile}: no traces.pt there")
         if any(c <= 0 for c in args.compute_scale or []):
             raise UsageError(f"--compute-scale must be positive, got {args.compute_scale}")
+        if args.block_cost is not None and not args.block_cost.is_file():
+            raise UsageError(f"--block-cost {args.block_cost}: no such file")
+        cost = BlockCost.load(args.block_cost) if args.block_cost is not None else None
         rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
-                     args.schemes.split(","), args.jobs, args.per, tuple(args.compute_scale or [1.0]))
+                     args.schemes.split(","), args.jobs, args.per, tuple(args.compute_scale or [1.0]), cost)
         write_csv(args.csv, rows)
         for r in rows:
             print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "

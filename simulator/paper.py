@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from simulator import engine, platform
+from simulator import engine, omnistream, platform
+from simulator.omnistream import BlockCost
 from simulator.record import record_once
 from simulator.schedule import COLLECTIVES, Comm, Compute, Item, StepResult
 from simulator.step import Calls, step_streams
@@ -171,7 +172,8 @@ def machine_calls(cross: list[list[list[Item]]], nodes: int, gpus: int, rows: in
         if len({tuple((i.kind, i.itemsize, i.group) for i in g) for g in groups}) != 1:
             raise ValueError(f"machine {m}: its shard groups' primitives differ; simulate per GPU")
         merged = [Comm(ops[0].kind, ops[0].call, _summed(o.sends for o in ops), _summed(o.recvs for o in ops),
-                       sum(o.nbytes for o in ops), ops[0].itemsize, ops[0].group) for ops in zip(*groups, strict=True)]
+                       sum(o.nbytes for o in ops), ops[0].itemsize, ops[0].group, sum(o.cpu_s for o in ops))
+                  for ops in zip(*groups, strict=True)]
         out.append([Compute(inside), Compute(width * max(sizes) / V100_HASH_RATE), *merged, Compute(inside)])
     return out
 
@@ -201,7 +203,7 @@ def _global(item: Comm, j: int, gpus: int, nodes: int) -> Comm:
     runs among the group's GPUs)."""
     group = tuple(m * gpus + j for m in range(nodes)) if item.kind in COLLECTIVES else None
     return Comm(item.kind, item.call, {m * gpus + j: b for m, b in item.sends.items()},
-                {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize, group)
+                {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize, group, item.cpu_s)
 
 
 ZEN_PLANS = ("bp", "bp-range", "hc", "ag")  # zen's plans, with the ids it takes where nothing is timed
@@ -209,23 +211,33 @@ ZEN_PLANS = ("bp", "bp-range", "hc", "ag")  # zen's plans, with the ids it takes
 # twin, takes 2.6-12x zen's step at 128-1,024 GPUs), and recording it at 1,024 GPUs holds every machine's rows on
 # every rank
 ZEN_PATHS = {"zen": ZEN_PLANS[:3], "zen-bp": ("bp",), "zen-hc": ("hc",), "zen-bp-range": ("bp-range",)}
+# the baselines as the paper ran them: its SparCML is SSAR_Recursive_double (section 6's baselines, and its design
+# space's row for SparCML); "sparcml-auto" is this library's own pick among SparCML's variants (choose_variant),
+# which at these densities takes the split variants the paper did not compare against
+BASELINE_PATHS: dict[str, tuple[str, dict[str, object]]] = {
+    "sparcml": ("sparcml", {"variant": "ssar_recursive_double"}), "sparcml-auto": ("sparcml", {})}
 
 
 def variants(name: str) -> list[tuple[str, dict[str, object]]]:
     """The recorded variants of a scheme: zen's plans as zen runs them with `choice` fixed (every plan its
     selector weighs for `zen`, BP over hashes or ranges, HC or its all-gather, with the ids it prefers where nothing
-    is timed; one for zen-bp and zen-hc, so BP and HC can be told apart), else the scheme."""
-    return [("zen", {"choice": c}) for c in ZEN_PATHS[name]] if name in ZEN_PATHS else [(name, {})]
+    is timed; one for zen-bp and zen-hc, so BP and HC can be told apart), a baseline as the paper ran it
+    (`BASELINE_PATHS`), else the scheme."""
+    if name in ZEN_PATHS:
+        return [("zen", {"choice": c}) for c in ZEN_PATHS[name]]
+    return [BASELINE_PATHS.get(name, (name, {}))]
 
 
 def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
-             schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu", compute_scale: float = 1.0
+             schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu", compute_scale: float = 1.0,
+             block_cost: BlockCost | None = None, notes: dict[str, dict[str, float]] | None = None
              ) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
     "none" computing only. Schedules are recorded once and replayed at every rate; zen is whichever of its
     plans (`ZEN_PATHS`) gives the shorter step, as its trial picks. `jobs`: simulations run at once. `per`:
     "gpu", every GPU a rank with its own flows; "machine", every machine one endpoint (`machine_calls`: 1/gpus
-    of the flows, so 1,024 GPUs fit SimGrid's sharing solver here; tests hold it against "gpu")."""
+    of the flows, so 1,024 GPUs fit SimGrid's sharing solver here; tests hold it against "gpu"). `block_cost`:
+    OmniReduce's aggregator work per block, priced (`_sparse_calls`, which notes its size in `notes`)."""
     s = SETTINGS[workload]
     width = paper_width(s, rows)
     t = roofline(s, compute_scale)
@@ -251,10 +263,8 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
             if key in calls_of:  # zen's paths again for zen-bp or zen-hc
                 continue
             if make_scheme(scheme, **options).sparse_input:
-                cross = record_cross(scheme, shards, shard_sizes(rows, gpus), width, **options) \
-                    if shards is not None else None
-                emb = machine_calls(cross, nodes, gpus, rows, width) if by_machine else \
-                    embedding_calls(cross, nodes, gpus, rows, width)
+                emb = _sparse_calls(scheme, options, shards, (nodes, gpus, rows, width), by_machine, latency_s,
+                                    block_cost, notes)
             elif by_machine:
                 emb = [machine_all_reduce("emb", 4 * rows * width, gpus) for _ in range(ranks)]
             else:
@@ -270,6 +280,28 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
         best = {name: min((results[k] for k in keys), key=lambda r: r.step_s) for name, keys in paths.items()}
         out[rate] = best
     return out
+
+
+def _sparse_calls(scheme: str, options: dict[str, object], shards: list[list[torch.Tensor]] | None,
+                  size: tuple[int, int, int, int], by_machine: bool, latency_s: float, block_cost: BlockCost | None,
+                  notes: dict[str, dict[str, float]] | None) -> list[list[Item]]:
+    """A sparse scheme's embedding calls (`size`: nodes, GPUs a machine, rows, width). OmniReduce's, when
+    `block_cost` is given, with its aggregators' work per pushed block (simulator.omnistream.priced); `notes`
+    gets, under the scheme's name, the busiest aggregator's work and its columns' round-trip floor (seconds), and
+    the most blocks a GPU sends and receives (each one of OmniReduce's messages)."""
+    nodes, gpus, rows, width = size
+    cross = record_cross(scheme, shards, shard_sizes(rows, gpus), width, **options) if shards is not None else None
+    if cross is not None and scheme == "omnireduce" and block_cost is not None:
+        cross = [[omnistream.priced(items, block_cost) for items in shard] for shard in cross]
+        if notes is not None:
+            ranks = [items for shard in cross for items in shard]
+            notes[scheme] = {"aggregator_work_s": max(sum(i.cpu_s for i in items if isinstance(i, Comm))
+                                                      for items in ranks),
+                             "round_trip_floor_s": max(omnistream.round_trip_floor(items, latency_s)
+                                                       for items in ranks),
+                             "block_messages": max(omnistream.block_messages(items) for items in ranks)}
+    return machine_calls(cross, nodes, gpus, rows, width) if by_machine else \
+        embedding_calls(cross, nodes, gpus, rows, width)
 
 
 def model_comm(workload: str, profile: tuple[list[dict], list[list[torch.Tensor]], int], scheme: str, nodes: int,
@@ -288,6 +320,16 @@ def model_comm(workload: str, profile: tuple[list[dict], list[list[torch.Tensor]
     return {r: t["comm_s"] - t["uplink_s"] + 8 * t["uplink_bytes"] / r for r in rates}
 
 
+def _block_fields(note: dict[str, float] | None, cost: BlockCost | None) -> dict[str, float]:
+    """OmniReduce's streaming costs in a row (NaN for the other schemes): the aggregator's work per block, the
+    busiest aggregator's work in the step, its columns' round-trip floor, the most block messages a GPU moves."""
+    nan = float("nan")
+    if note is None or cost is None:
+        return {"block_cost_ns": nan, "aggregator_work_ms": nan, "round_trip_floor_ms": nan, "block_messages": nan}
+    return {"block_cost_ns": 1e9 * cost.aggregate_s, "aggregator_work_ms": 1e3 * note["aggregator_work_s"],
+            "round_trip_floor_ms": 1e3 * note["round_trip_floor_s"], "block_messages": note["block_messages"]}
+
+
 def step_fields(res: dict[str, StepResult]) -> dict[str, dict[str, float]]:
     """Per scheme (not "none"): its step, the compute-only step, its exposed communication, Zen's speedups over it
     (the step's, and the exposed communication's), its messages."""
@@ -299,10 +341,12 @@ def step_fields(res: dict[str, StepResult]) -> dict[str, dict[str, float]]:
 
 
 def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str],
-          jobs: int = 1, per: str = "gpu", compute_scales: tuple[float, ...] = (1.0,)) -> list[dict[str, object]]:
+          jobs: int = 1, per: str = "gpu", compute_scales: tuple[float, ...] = (1.0,),
+          block_cost: BlockCost | None = None) -> list[dict[str, object]]:
     """CSV rows: every scheme's simulated step at every machine count, NIC rate and compute scale (of the
     roofline's), with Zen's speedups over it (throughput, and exposed communication) and the analytical model's
-    communication time beside."""
+    communication time beside (for the schemes it knows by name: not a baseline's paper variant, BASELINE_PATHS);
+    OmniReduce's per-block costs priced with `block_cost`, and its columns' round-trip floor."""
     from harness.bench.cluster import load_profile
 
     rows, sets = load_sets(profile / "traces.pt")
@@ -310,8 +354,11 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     s = SETTINGS[workload]
     out: list[dict[str, object]] = []
     for nodes, scale in [(n, c) for n in node_counts for c in compute_scales]:
-        results = simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per, compute_scale=scale)
-        models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes}
+        notes: dict[str, dict[str, float]] = {}
+        results = simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per, compute_scale=scale,
+                           block_cost=block_cost, notes=notes)
+        models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes
+                  if name not in BASELINE_PATHS}
         for rate, res in results.items():
             for name, fields in step_fields(res).items():
                 r = res[name]
@@ -319,6 +366,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
                             "gpus_per_node": gpus, "world_size": nodes * gpus, "bandwidth_gbps": rate / 1e9,
                             **fields, "comm_busy_ms": 1e3 * max(r.comm_busy_s),
                             "samples_per_s": nodes * gpus * s.batch / r.step_s,
-                            "model_comm_ms": 1e3 * models[name][rate], "timeline": roofline(s).source,
-                            "compute_scale": scale, "width": paper_width(s, rows), "rows": rows, "per": per})
+                            "model_comm_ms": 1e3 * models[name][rate] if name in models else float("nan"),
+                            "timeline": roofline(s).source, "compute_scale": scale, "width": paper_width(s, rows),
+                            "rows": rows, "per": per, **_block_fields(notes.get(name), block_cost)})
     return out

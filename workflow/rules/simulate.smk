@@ -80,6 +80,24 @@ rule calibrate_messages:
         "{PY} -m simulator calibrate --bandwidth {params.rate} --out {output}.tmp > {log} 2>&1 && mv {output}.tmp {output}"
 
 
+rule measure_block_cost:
+    """What OmniReduce's aggregator work costs a block here (one thread; simulator/omnistream.py)."""
+    output:
+        RESULTS + "/sim/block_cost.json",
+    log:
+        LOGS + "/measure_block_cost.log",
+    benchmark:
+        BENCHMARKS + "/measure_block_cost.tsv"
+    threads: workflow.cores  # timed
+    shell:
+        "{PY} -m simulator blockcost --out {output}.tmp > {log} 2>&1 && mv {output}.tmp {output}"
+
+
+def block_cost_input(wildcards):
+    """The measured per-block cost where the setting prices OmniReduce's streaming (`block_cost: true`)."""
+    return [RESULTS + "/sim/block_cost.json"] if SIM_SETTINGS[wildcards.setting].get("block_cost") else []
+
+
 rule simulate_validation:
     """One measured cell simulated: every scheme's step on the emulated platform."""
     input:
@@ -144,7 +162,8 @@ rule simulate_paper:
     """The paper's cluster simulated from a paper-density trace: Figs 11, 12, 15 (`paper`, the at-scale
     profile), or beyond its scale (`beyond`: more machines, faster NICs, BP and HC apart)."""
     input:
-        lambda wildcards: sim_trace_folder(wildcards) + "/traces.pt",
+        trace=lambda wildcards: sim_trace_folder(wildcards) + "/traces.pt",
+        block=block_cost_input,
     output:
         RESULTS + "/sim/{setting}/{workload}.csv",
     log:
@@ -164,10 +183,11 @@ rule simulate_paper:
         per=lambda wildcards: SIM_SETTINGS[wildcards.setting].get("per", "gpu"),
         scales=lambda wildcards: " ".join(
             f"--compute-scale {c:g}" for c in SIM_SETTINGS[wildcards.setting].get("compute_scales", [1.0])),
+        block=lambda wildcards: " ".join(f"--block-cost {f}" for f in block_cost_input(wildcards)),
     shell:
         "{PY} -m simulator paper --profile {params.folder} --workload {wildcards.workload} --nodes {params.nodes}"
         " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --per {params.per} {params.scales}"
-        " --jobs {threads}"
+        " {params.block} --jobs {threads}"
         " --csv {output} > {log} 2>&1"
 
 

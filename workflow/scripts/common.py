@@ -26,6 +26,7 @@ SERIES = {  # name: (colour, label, marker)
     "zen-bp-noindex": ("#fdae6b", "BP w/o index", "o"),
     "ddp": ("#7f7f7f", "DDP allreduce", "s"),
     "none": ("#bcbd22", "no comm", "o"),
+    "sparcml-auto": ("#98df8a", "SparCML (its split variants)", "v"),  # simulator.paper.BASELINE_PATHS
 }
 _FALLBACK = plt.get_cmap("tab20").colors
 
