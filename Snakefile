@@ -42,7 +42,7 @@ localrules:
     aggregate_kernels,
     aggregate_training,
     aggregate_compressed,
-    aggregate_validation,
+    aggregate_fidelity,
     aggregate_paper_sim,
     aggregate_fig8_sim,
     aggregate_llm_sim,

@@ -2,7 +2,7 @@
 
   timeline   this machine's compute timeline of a workload (one thread, DDP's buckets)
   calibrate  this machine's cost of a message on the emulated cluster
-  validate   one emulated-cluster cell simulated, beside what `zen train` measured there
+  fidelity   one emulated-cluster cell simulated, beside what `zen train` measured there
   paper      the paper's cluster (and larger) simulated from a paper-density trace
   fig8       Fig 8 with latency and contention: each scheme's embedding sync on a flat cluster
   llm        Figs 13/14: an LLM with DGC top-5%, tensor parallel in a machine, from a DGC trace
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--bandwidth", default="1gbit")
     c.add_argument("--repeats", type=positive_int, default=20)
     c.add_argument("--out", type=Path, required=True)
-    v = sub.add_parser("validate", help="one emulated-cluster cell simulated beside its measurement")
+    v = sub.add_parser("fidelity", help="one emulated-cluster cell simulated beside its measurement")
     v.add_argument("--measured", type=Path, nargs="+", required=True,
                    help="`zen train --out` JSONs of one workload and world size (one per link rate), or an "
                         "aggregated training CSV (fig11_throughput.csv) with --workload and --world-size")
@@ -121,8 +121,8 @@ def _run(args: argparse.Namespace) -> int:
         cost.save(args.out)
         print(cost)
         return 0
-    if args.command == "validate":
-        from simulator.compare import reports_from_throughput, validate_cells
+    if args.command == "fidelity":
+        from simulator.compare import reports_from_throughput, fidelity_rows
 
         for path in (*args.measured, args.timeline, args.cost):
             if not path.is_file():
@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
                 reports += reports_from_throughput(path, args.workload, args.world_size)
             else:
                 reports.append(json.loads(path.read_text()))
-        rows = validate_cells(reports, args.timeline, args.cost, args.cores)
+        rows = fidelity_rows(reports, args.timeline, args.cost, args.cores)
         from harness.provenance import write_csv
 
         write_csv(args.csv, rows)

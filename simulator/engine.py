@@ -98,12 +98,12 @@ def _two_level_all_reduce(op: Comm, rank: int, world: int, platform: Platform) -
                      nxt, prv, platform.collapse, inside)
 
 
-def simulate(platform: Platform, streams: Sequence[Stream]) -> StepResult:
+def run_step(platform: Platform, streams: Sequence[Stream]) -> StepResult:
     """One step on a fresh SimGrid engine, in a worker process."""
-    return simulate_many([(platform, list(streams))])[0]
+    return run_steps([(platform, list(streams))])[0]
 
 
-def simulate_many(jobs: Sequence[tuple[Platform, list[Stream]]], workers: int = 1) -> list[StepResult]:
+def run_steps(jobs: Sequence[tuple[Platform, list[Stream]]], workers: int = 1) -> list[StepResult]:
     """Several independent simulations, each in an interpreter of its own (`workers` at a time)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(_run, jobs))

@@ -218,7 +218,7 @@ def variants(name: str) -> list[tuple[str, dict[str, object]]]:
     return [("zen", {"choice": c}) for c in ZEN_PATHS[name]] if name in ZEN_PATHS else [(name, {})]
 
 
-def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
+def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
              schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu", compute_scale: float = 1.0
              ) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
@@ -266,7 +266,7 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
     for rate in rates:
         plat = platform.machines(nodes, rate, latency_s, cores=2 * gpus + 2) if by_machine else \
             platform.gpu_cluster(nodes, gpus, rate, NVLINK_BPS, latency_s)
-        results = dict(zip(calls_of, engine.simulate_many([(plat, st) for st in streams], jobs), strict=True))
+        results = dict(zip(calls_of, engine.run_steps([(plat, st) for st in streams], jobs), strict=True))
         best = {name: min((results[k] for k in keys), key=lambda r: r.step_s) for name, keys in paths.items()}
         out[rate] = best
     return out
@@ -310,7 +310,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     s = SETTINGS[workload]
     out: list[dict[str, object]] = []
     for nodes, scale in [(n, c) for n in node_counts for c in compute_scales]:
-        results = simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per, compute_scale=scale)
+        results = scheme_steps(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per, compute_scale=scale)
         models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes}
         for rate, res in results.items():
             for name, fields in step_fields(res).items():

@@ -1,4 +1,4 @@
-"""Config validation and input helpers shared by every rule file."""
+"""The config checked against its schema, and input helpers shared by every rule file."""
 
 import os
 import shlex
@@ -7,12 +7,12 @@ import sys
 from itertools import product
 from pathlib import Path
 
-from snakemake.utils import validate
+from snakemake.utils import validate as check_schema
 
 from harness.pipeline import resolve
 from zen.encodings import encodings as registered_encodings
 
-validate(config, schema="../schemas/config.schema.yaml")
+check_schema(config, schema="../schemas/config.schema.yaml")
 resolve(config)  # `all`: every registered scheme / pull encoding (names are listed once, by the registries)
 
 # Every job runs the interpreter that runs Snakemake (the venv's under `make`), so the installed

@@ -457,8 +457,8 @@ def _loss_curves(df: pd.DataFrame, schemes: list[str] | None) -> tuple[plt.Figur
     return fig, data
 
 
-def sim_validation(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Measured vs simulated step time of every validation cell, and the error distribution."""
+def sim_fidelity(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Measured vs simulated step time of every fidelity cell, and the error distribution."""
     df = frames[0]
     data = df[["workload", "scheme", "world_size", "bandwidth", "measured_ms", "measured_ms_lo", "measured_ms_hi",
                "simulated_ms"]].copy()
@@ -634,7 +634,7 @@ FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame
     "fig18_loss": fig18_loss,
     "fig13_compressed": fig13_compressed,
     "fig13_compressed_loss": fig13_compressed_loss,
-    "sim_validation": sim_validation,
+    "sim_fidelity": sim_fidelity,
     "sim_paper": sim_paper,
     "sim_beyond": sim_beyond,
     "sim_fig8": sim_fig8,
