@@ -11,7 +11,7 @@ from typing import Any
 from harness.netem import parse_rate
 from simulator import timeline
 from simulator.calibrate import MessageCost
-from simulator.fidelity import batch_rows, launch_factor, record_cell, cell_steps
+from simulator.fidelity import batch_rows, cell_steps, launch_factor, record_cell
 
 
 def fidelity_rows(reports: list[dict[str, Any]], timeline_path: Path, cost_path: Path, cores: int = 2

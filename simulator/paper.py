@@ -310,7 +310,8 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     s = SETTINGS[workload]
     out: list[dict[str, object]] = []
     for nodes, scale in [(n, c) for n in node_counts for c in compute_scales]:
-        results = scheme_steps(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per, compute_scale=scale)
+        results = scheme_steps(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per,
+                               compute_scale=scale)
         models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes}
         for rate, res in results.items():
             for name, fields in step_fields(res).items():

@@ -462,7 +462,8 @@ def test_paper_compute_scale_multiplies_the_roofline_and_a_bad_one_exits_2(tmp_p
 
     gen = torch.Generator().manual_seed(1)
     sets = [torch.randperm(4000, generator=gen)[:120].sort().values for _ in range(4)]
-    one, two = (scheme_steps("dlrm", sets, 4000, 2, 2, [25e9], ["allreduce"], compute_scale=c)[25e9] for c in (1.0, 2.0))
+    one, two = (scheme_steps("dlrm", sets, 4000, 2, 2, [25e9], ["allreduce"], compute_scale=c)[25e9]
+                for c in (1.0, 2.0))
     assert two["none"].step_s == pytest.approx(2 * one["none"].step_s, rel=1e-9)
     assert two["allreduce"].step_s > one["allreduce"].step_s
     (tmp_path / "traces.pt").write_bytes(b"")

@@ -44,7 +44,7 @@ rule plot_figure:
     """One figure: the PNG and, next to it, the CSV of exactly what is drawn."""
     input:
         data=lambda wildcards: FIGURE_INPUTS[wildcards.figure],
-        scripts=[SCRIPTS + "/figures.py", SCRIPTS + "/common.py", SCRIPTS + "/claims.py", SCRIPTS + "/sim_claims.py"],
+        scripts=[SCRIPTS + f"/{name}.py" for name in ("figures", "plots", "sim_figures", "common", "claims", "sim_claims")],
     output:
         png=FIGURES + "/{figure}.png",
         csv=FIGURES + "/{figure}.csv",
