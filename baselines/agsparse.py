@@ -20,7 +20,7 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 class AllGatherSparse:
     sparse_input = True
     label = "AGsparse"
-    color = "#1f77b4"  # one colour per scheme in every figure (Zen in reds)
+    color = "#1f77b4"
     marker = "v"
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:

@@ -59,7 +59,7 @@ class OmniReduce:
 
     sparse_input = True
     label = "OmniReduce"
-    color = "#9467bd"  # one colour per scheme in every figure (Zen in reds)
+    color = "#9467bd"
     marker = "D"
     pulls = "tensor blocks"  # how its pull is shown beside the encodings (Fig 17)
 

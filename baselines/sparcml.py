@@ -322,7 +322,7 @@ class Replay:
 class SparCML:
     sparse_input = True
     label = "SparCML"
-    color = "#2ca02c"  # one colour per scheme in every figure (Zen in reds)
+    color = "#2ca02c"
     marker = "^"
 
     def __init__(self, variant: str = "auto", small_bytes: int = 1 << 16, switch_width: int | None = None):

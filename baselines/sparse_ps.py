@@ -51,7 +51,7 @@ class SparseParameterServer:
 
     sparse_input = True
     label = "Sparse PS"
-    color = "#8c564b"  # one colour per scheme in every figure (Zen in reds)
+    color = "#8c564b"
     marker = "P"
     pulls = "COO, no hashing"
 

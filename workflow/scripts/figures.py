@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from common import color, label, marker, pull_note, save_figure, scheme_order, write_csv
+from common import color, label, marker, pull_note, save_figure, scheme_order, write_frame
 from matplotlib.ticker import FuncFormatter
 from plots import legend, log2_ranks, panels, scheme_lines
 from sim_figures import SIM_FIGURES
@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     frames = [pd.read_csv(p) for p in args.csv]
     fig, data = FIGURES[args.figure](frames)
-    write_csv(data, Path(args.out).with_suffix(".csv"))
+    write_frame(data, Path(args.out).with_suffix(".csv"))
     save_figure(fig, args.out)
     print(f"{args.figure}: {len(data)} points -> {args.out}")
     return 0

@@ -19,9 +19,11 @@ from typing import Any
 
 import pandas as pd
 from claims import PAPER_DENSITY
-from common import label, write_text
+from common import label
 from sim_claims import Simulated, claims_section
 from simulated import load as load_simulated
+
+from harness.provenance import write_atomic
 
 AGGREGATES = {"bench": "microbench.csv", "pull": "pull.csv", "sparsity": "sparsity.csv", "scale": "scale.csv",
               "cluster": "cluster.csv", "sim_fidelity": "sim_fidelity.csv", "sim_paper": "sim_paper.csv",
@@ -474,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     text = render(json.loads(args.config_json), frames, args.figures, wandb, out, machine(), build_status(args.build),
                   cpu_time(args.benchmarks), sim)
-    write_text(out, text)
+    write_atomic(out, text)
     print(f"report -> {out}")
     return 0
 
