@@ -30,6 +30,7 @@ rule all:
     input:
         RESULTS + "/README.md",
         fsdp_aggregate(),
+        compressors_aggregate(),
 
 
 # Cheap steps run where Snakemake runs, never as cluster jobs.
@@ -42,6 +43,7 @@ localrules:
     aggregate_kernels,
     aggregate_training,
     aggregate_compressed,
+    aggregate_compressors,
     aggregate_fidelity,
     aggregate_paper_sim,
     aggregate_fig8_sim,

@@ -96,6 +96,20 @@ def test_paper_config_dry_run_with_slurm_profile(tmp_path):
 
 
 @pytest.mark.slow
+def test_paper_config_trains_every_registered_compressor(tmp_path):
+    """The paper config's `train_compressors`: one launch per registered compressor on its cell, each with its own
+    options, aggregated into one CSV."""
+    from zen.compress import compressors
+
+    jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/paper.yaml", "-p",
+                         "results/aggregate/training_compressors.csv")
+    assert jobs["train_compressor"] == len(compressors()) and jobs["aggregate_compressors"] == 1, jobs
+    for name in compressors():
+        assert f"--compress {name} --density 0.05" in plan, name
+    assert "--compress dgc --density 0.05 --compress-option warmup_steps=20" in plan
+
+
+@pytest.mark.slow
 def test_beyond_the_paper_dry_run(tmp_path):
     """The paper config's `simulator.beyond`: a 1,024-worker trace of its own, one simulation per workload, one
     figure; nothing of the paper-scale grid or the emulated cluster comes with it."""
@@ -138,6 +152,33 @@ def test_configs_match_the_schema_and_bad_keys_do_not(name):
     validate(dict(cfg), schema)
     with pytest.raises(WorkflowError):
         validate(dict(cfg, backend="mpi"), schema)
+
+
+def test_training_schemes_and_compressors_come_from_the_registries():
+    """`registered` in a training section: every registered scheme but zen's single-plan variants (`zen-*`), less
+    `leave_out`, so the default run trains the schemes it listed by hand before (its make budget unchanged); the
+    paper config trains every registered compressor (`train_compressors.compressors: all`)."""
+    import yaml
+
+    from harness.pipeline import resolve
+    from zen.compress import compressors
+
+    def load(*names: str) -> dict:
+        cfg: dict = {}
+        for name in names:
+            for key, value in yaml.safe_load((REPO / "workflow" / "config" / f"{name}.yaml").read_text()).items():
+                cfg[key] = {**cfg[key], **value} if isinstance(value, dict) and key in cfg else value
+        return resolve(cfg)
+
+    default = load("default", "fidelity")
+    assert default["train"]["schemes"] == ["none", "ddp", "allreduce", "agsparse", "omnireduce", "sparcml", "zen"]
+    assert default["train_compressed"]["schemes"] == ["none", "allreduce", "agsparse", "omnireduce", "sparcml", "zen",
+                                                      "powersgd-4"]
+    assert default["simulator"]["fidelity"]["schemes"] == default["train"]["schemes"]
+    assert "train_compressors" not in default
+    paper = load("paper")
+    assert paper["train"]["schemes"][2:] == ["allreduce", "agsparse", "omnireduce", "sparcml", "sparse_ps", "zen"]
+    assert paper["train_compressors"]["compressors"] == compressors()
 
 
 # ---- scripts on fake data ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from harness.pipeline import resolve
 from zen.encodings import encodings as registered_encodings
 
 check_schema(config, schema="../schemas/config.schema.yaml")
-resolve(config)  # `all`: every registered scheme / pull encoding (names are listed once, by the registries)
+resolve(config)  # `all` / `registered`: the registries' names (schemes, pull encodings, compressors; listed once)
 
 # Every job runs the interpreter that runs Snakemake (the venv's under `make`), so the installed
 # package is importable; `script:` is not used because it only sees its own folder.
@@ -49,6 +49,7 @@ wildcard_constraints:
     encoding="|".join(registered_encodings()),
     workload=r"[A-Za-z0-9_]+",
     scheme=r"[A-Za-z0-9_-]+",
+    compressor=r"[A-Za-z0-9_-]+",
     sweep="r1|k",
     plan="dp|mixed",
 
