@@ -42,9 +42,9 @@ def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
 @pytest.mark.slow
 def test_default_config_dry_run(tmp_path):
     jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml")
-    for rule in ("build_kernels", "profile_sparsity", "simulate_scale", "convert_trace", "simulate_scale_trace",
-                 "simulate_microbench", "measure_microbench",
-                 "simulate_pull_encoding", "bench_kernels", "train_workload", "train_compressed", "train_torchrec",
+    for rule in ("build_kernels", "profile_sparsity", "predict_scale", "convert_trace", "predict_scale_trace",
+                 "virtual_microbench", "measure_microbench",
+                 "virtual_pull_encoding", "bench_kernels", "train_workload", "train_compressed", "train_torchrec",
                  "aggregate_torchrec", "plot_figure", "write_report"):
         assert jobs.get(rule, 0) >= 1, (rule, jobs)
     # the step simulator's figures come from `make sim-fidelity` (workflow/config/fidelity.yaml), not the default run
