@@ -32,7 +32,9 @@ Round = tuple[list[tuple[int, int]], list[int], float]  # (sends: (peer, bytes),
 
 
 def ring_chunk(numel: int, world_size: int, rank: int) -> int:
-    """Elements of chunk `rank` when a ring cuts `numel` into `world_size` pieces (zen.comm.base's rule)."""
+    """Elements of chunk `rank` when a ring cuts `numel` into `world_size` pieces: zen.comm.base.ring_chunk's rule,
+    restated because the engine's worker interpreter (one per simulation) never imports zen, whose import of torch
+    would cost each simulation ten times its start; tests/test_simulator.py holds the two equal."""
     base, rem = divmod(numel, world_size)
     return base + (1 if rank < rem else 0)
 

@@ -124,6 +124,17 @@ def test_engine_expands_collectives_into_the_counted_bytes() -> None:
                 assert moved == sum(counted([op], r, world)[0] for r in range(world))
 
 
+def test_the_engines_ring_cuts_chunks_as_the_communicator_does() -> None:
+    """simulator.engine.ring_chunk restates zen.comm.base.ring_chunk (its worker never imports zen): the same
+    chunk for every size, ring and position."""
+    from zen.comm.base import ring_chunk
+
+    for numel in (0, 1, 7, 64, 1001):
+        for world in (1, 2, 3, 8, 13):
+            assert [engine.ring_chunk(numel, world, r) for r in range(world)] == \
+                [ring_chunk(numel, world, r) for r in range(world)], (numel, world)
+
+
 def test_recording_repeats_keep_the_schedule_and_median_the_work() -> None:
     world = 3
     instances = [make_scheme("zen") for _ in range(world)]
