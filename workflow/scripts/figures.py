@@ -36,9 +36,8 @@ def microbench_sim(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
         log2_ranks(ax, cell["world_size"])
         ax.set_yscale("log")
-        ax.set_xlabel("#ranks (simulated GPUs)")
-        ax.set_ylabel("comm time / AllReduce's")
-        ax.set_title(f"{pattern}, density {density:g}")
+        ax.set(xlabel="#ranks (simulated GPUs)", ylabel="comm time / AllReduce's",
+               title=f"{pattern}, density {density:g}")
         ax.grid(alpha=0.3)
     legend(fig, axes)
     return fig, data
@@ -105,17 +104,14 @@ def fig2_overlap(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     bins = [i / 40 for i in range(41)]
     for w, cell in overlap.groupby("workload"):
         a.hist(cell["overlap"], bins=bins, density=True, histtype="step", lw=1.6, color=colors[w], label=w)
-    a.set_xlabel("overlap ratio of two workers' non-zero rows")
-    a.set_ylabel("probability density")
-    a.set_title("(a) overlap distribution")
+    a.set(xlabel="overlap ratio of two workers' non-zero rows", ylabel="probability density",
+          title="(a) overlap distribution")
     for w, cell in union.groupby("workload"):
         b.plot(cell["n"], cell["gamma_n"], marker="o", color=colors[w], label=w)
     ns = sorted(union["n"].unique())
     b.plot(ns, ns, ls=":", color="black", lw=0.8, label="no overlap (gamma^n = n)")
     log2_ranks(b, union["n"])
-    b.set_xlabel("#workers (GPUs) summed")
-    b.set_ylabel("gamma^n = union nnz / mean nnz")
-    b.set_title("(b) densification vs #GPUs")
+    b.set(xlabel="#workers (GPUs) summed", ylabel="gamma^n = union nnz / mean nnz", title="(b) densification vs #GPUs")
     for ax in (a, b):
         ax.grid(alpha=0.3)
         ax.legend(frameon=False, fontsize="small")
@@ -136,9 +132,8 @@ def fig3_skew(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
         a.bar(cell["partition"] + (k - (len(workloads) - 1) / 2) * width, 100 * cell["share"], width=width,
               color=colors[w], label=w)
     a.axhline(100 / shares["partition"].nunique(), color="black", ls=":", lw=0.8, label="balanced")
-    a.set_xlabel("partition of the embedding rows (contiguous, 1/8 each)")
-    a.set_ylabel("share of non-zero rows (%)")
-    a.set_title("(a) non-zeros per partition")
+    a.set(xlabel="partition of the embedding rows (contiguous, 1/8 each)", ylabel="share of non-zero rows (%)",
+          title="(a) non-zeros per partition")
     data = summary[["workload", "skew8", "skew128", "union_skew8", "union_skew128"]].sort_values("workload")
     x = range(len(data))
     b.bar([i - 0.2 for i in x], data["skew8"], width=0.4, color=[colors[w] for w in data["workload"]],
@@ -364,9 +359,8 @@ def fig17_pull(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
                ls=styles.get(pull, "-"), label=name)
     a.set_xscale("log")
     a.set_yscale("log")
-    a.set_xlabel("post-aggregation density (union of all workers)")
-    a.set_ylabel("pull bytes per worker / dense bytes")
-    a.set_title(f"(a) pull size by encoding, {int(data['world_size'].iloc[0])} workers")
+    a.set(xlabel="post-aggregation density (union of all workers)", ylabel="pull bytes per worker / dense bytes",
+          title=f"(a) pull size by encoding, {int(data['world_size'].iloc[0])} workers")
     a.grid(alpha=0.3)
     a.legend(frameon=False, fontsize="small")
     steps = [("sparse_ps", None, "no hashing + COO"), ("zen-bp", "coo", "hashing + COO"),
@@ -380,9 +374,7 @@ def fig17_pull(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
         b.bar(xs, ys, width=width, color=color(scheme), hatch="" if pull != "coo" else "//", edgecolor="white",
               label=name)
     b.set_xticks(range(len(densities)), [f"{d:.2%}" for d in densities])
-    b.set_xlabel("per-worker density")
-    b.set_ylabel("speedup over AllReduce (x, simulated)")
-    b.set_title("(b) speedup breakdown")
+    b.set(xlabel="per-worker density", ylabel="speedup over AllReduce (x, simulated)", title="(b) speedup breakdown")
     b.grid(axis="y", alpha=0.3)
     b.legend(frameon=False, fontsize="small")
     return fig, data
@@ -411,31 +403,17 @@ def _loss_curves(df: pd.DataFrame, schemes: list[str] | None) -> tuple[plt.Figur
             s = cell[cell["scheme"] == scheme]
             ax.plot(s["step"], s["loss"], color=color(scheme), label=label(scheme),
                     ls="--" if scheme == "allreduce" else "-", lw=2.2 if scheme == "allreduce" else 1.2)
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("training loss")
-        ax.set_title(f"{workload}, {int(cell['world_size'].iloc[0])} workers{_compressor(cell)}")
+        ax.set(xlabel="iteration", ylabel="training loss",
+               title=f"{workload}, {int(cell['world_size'].iloc[0])} workers{_compressor(cell)}")
         ax.grid(alpha=0.3)
     legend(fig, axes)
     return fig, data
 
 
-FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {
-    "microbench_sim": microbench_sim,
-    "microbench_real": microbench_real,
-    "table1_density": table1_density,
-    "fig2_overlap": fig2_overlap,
-    "fig3_skew": fig3_skew,
-    "fig8_scale": fig8_scale,
-    "fig11_throughput": fig11_throughput,
-    "fig15_comm_speedup": fig15_comm_speedup,
-    "fig15_model": fig15_model,
-    "fig16_hashing": fig16_hashing,
-    "fig17_pull": fig17_pull,
-    "fig18_loss": fig18_loss,
-    "fig13_compressed": fig13_compressed,
-    "fig13_compressed_loss": fig13_compressed_loss,
-    **SIM_FIGURES,
-}
+FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {f.__name__: f for f in (
+    microbench_sim, microbench_real, table1_density, fig2_overlap, fig3_skew, fig8_scale, fig11_throughput,
+    fig15_comm_speedup, fig15_model, fig16_hashing, fig17_pull, fig18_loss, fig13_compressed, fig13_compressed_loss,
+)} | SIM_FIGURES
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,13 +29,11 @@ def sim_fidelity(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
         ax.plot([0, top], [0, k * top], style, color="grey", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("measured ms/step (zen train)")
-    ax.set_ylabel("simulated ms/step (SimGrid)")
-    ax.set_title("(a) every scheme x workload x ranks x link rate")
+    ax.set(xlabel="measured ms/step (zen train)", ylabel="simulated ms/step (SimGrid)",
+           title="(a) every scheme x workload x ranks x link rate")
     hist.hist(100 * data["error"], bins=20, color="grey")
-    hist.set_xlabel("(simulated - measured) / measured, %")
-    hist.set_ylabel("cells")
-    hist.set_title(f"(b) median |error| {data['error'].abs().median():.0%}, max {data['error'].abs().max():.0%}")
+    hist.set(xlabel="(simulated - measured) / measured, %", ylabel="cells",
+             title=f"(b) median |error| {data['error'].abs().median():.0%}, max {data['error'].abs().max():.0%}")
     legend(fig, [ax])
     return fig, data
 
@@ -46,9 +44,7 @@ def _cell_lines(axes: list[plt.Axes], cells: list[tuple[tuple, pd.DataFrame]], x
     for ax, (key, cell) in zip(axes, cells, strict=False):
         for scheme, line in cell.groupby("scheme", sort=True):
             ax.plot(line[x], line[y], "o-", label=label(scheme), color=color(scheme))
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title(*key))
+        ax.set(xlabel=xlabel, ylabel=ylabel, title=title(*key))
         ax.grid(alpha=0.3)
 
 
@@ -124,9 +120,7 @@ def sim_beyond(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
         ratio.axhline(1.0, color="grey", lw=0.8)
         ratio.set_xscale("log", base=2)
         ratio.legend(fontsize=7)
-    ratio.set_xlabel("GPUs (8 per machine)")
-    ratio.set_ylabel("HC step / BP step (> 1: BP faster)")
-    ratio.set_title("BP against HC")
+    ratio.set(xlabel="GPUs (8 per machine)", ylabel="HC step / BP step (> 1: BP faster)", title="BP against HC")
     ratio.grid(alpha=0.3)
     legend(fig, axes[:-1])
     return fig, data
@@ -145,8 +139,7 @@ def sim_fig8(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
             scheme_lines(ax, cell, y)
             ax.axhline(1.0, color="black", lw=0.8, ls=":")
             log2_ranks(ax, cell["world_size"])
-            ax.set_xlabel("#GPUs (one per machine)")
-            ax.set_ylabel("comm time / AllReduce's")
+            ax.set(xlabel="#GPUs (one per machine)", ylabel="comm time / AllReduce's")
             ax.set_title(f"{r['paper_name']} ({workload}), {r['bandwidth_gbps']:g} Gbps: {what}", fontsize="medium")
             ax.grid(alpha=0.3)
     legend(fig, axes)
@@ -175,10 +168,6 @@ def sim_llm(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     return fig, data
 
 
-SIM_FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {
-    "sim_fidelity": sim_fidelity,
-    "sim_paper": sim_paper,
-    "sim_beyond": sim_beyond,
-    "sim_fig8": sim_fig8,
-    "sim_llm": sim_llm,
-}
+SIM_FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {f.__name__: f for f in (
+    sim_fidelity, sim_paper, sim_beyond, sim_fig8, sim_llm,
+)}
