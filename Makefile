@@ -12,7 +12,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE := 1
 
-.PHONY: all setup run validate simulated test test-quick lint bench-quick clean
+.PHONY: all setup run sim-fidelity simulated test test-quick lint bench-quick clean
 
 all: run
 
@@ -47,10 +47,10 @@ run: setup
 		exit $$rc
 
 # The step simulator against the emulated cluster at two link rates (the default's 1 Gbit/s training cells plus
-# 2.5 Gbit/s launches): results/figures/sim_validation.{png,csv}; time nothing else meanwhile.
-validate: setup
-	$(VENV)/bin/snakemake results/figures/sim_validation.png --configfile workflow/config/default.yaml \
-		workflow/config/validation.yaml --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)
+# 2.5 Gbit/s launches): results/figures/sim_fidelity.{png,csv}; time nothing else meanwhile.
+sim-fidelity: setup
+	$(VENV)/bin/snakemake results/figures/sim_fidelity.png --configfile workflow/config/default.yaml \
+		workflow/config/fidelity.yaml --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)
 
 # The paper's setting simulated (workflow/config/simulated.yaml: Table 1-density traces, Figs 11, 12 and 15 at 16 x 8
 # GPUs with the compute halved and doubled, Fig 8 at 2..128 GPUs, the LLMs of Figs 13/14; about an hour on 2 cores,

@@ -30,6 +30,7 @@ rule all:
     input:
         RESULTS + "/README.md",
         fsdp_aggregate(),
+        compressors_aggregate(),
 
 
 # Cheap steps run where Snakemake runs, never as cluster jobs.
@@ -42,7 +43,8 @@ localrules:
     aggregate_kernels,
     aggregate_training,
     aggregate_compressed,
-    aggregate_validation,
+    aggregate_compressors,
+    aggregate_fidelity,
     aggregate_paper_sim,
     aggregate_fig8_sim,
     aggregate_llm_sim,

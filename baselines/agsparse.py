@@ -19,9 +19,7 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 @register_scheme("agsparse")
 class AllGatherSparse:
     sparse_input = True
-    label = "AGsparse"
-    color = "#1f77b4"  # one colour per scheme in every figure (Zen in reds)
-    marker = "v"
+    label, color, marker = "AGsparse", "#1f77b4", "v"  # how figures show it
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
         """One all-gather; where the input check announced every rank's row count, its header rides in front

@@ -58,9 +58,7 @@ class OmniReduce:
     """Aggregator j owns the contiguous block range R_j; push non-zero blocks, sum once, pull the union."""
 
     sparse_input = True
-    label = "OmniReduce"
-    color = "#9467bd"  # one colour per scheme in every figure (Zen in reds)
-    marker = "D"
+    label, color, marker = "OmniReduce", "#9467bd", "D"  # how figures show it
     pulls = "tensor blocks"  # how its pull is shown beside the encodings (Fig 17)
 
     def __init__(self, block_size: int = 256):

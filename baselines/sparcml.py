@@ -321,9 +321,7 @@ class Replay:
 @register_scheme("sparcml")
 class SparCML:
     sparse_input = True
-    label = "SparCML"
-    color = "#2ca02c"  # one colour per scheme in every figure (Zen in reds)
-    marker = "^"
+    label, color, marker = "SparCML", "#2ca02c", "^"  # how figures show it
 
     def __init__(self, variant: str = "auto", small_bytes: int = 1 << 16, switch_width: int | None = None):
         if variant not in (*VARIANTS, "auto"):

@@ -50,9 +50,7 @@ class SparseParameterServer:
     """Server j owns the contiguous row range R_j; push COO, sum once, pull COO."""
 
     sparse_input = True
-    label = "Sparse PS"
-    color = "#8c564b"  # one colour per scheme in every figure (Zen in reds)
-    marker = "P"
+    label, color, marker = "Sparse PS", "#8c564b", "P"  # how figures show it
     pulls = "COO, no hashing"
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:

@@ -32,14 +32,9 @@ ranks enter it with `nsenter -U --preserve-credentials` (files they write stay o
 Where neither works, `NetemError` says what is missing (root or user namespaces; `ip`, `tc`,
 `nsenter`, `unshare`, `setpriv`).
 
-Measured accuracy here (2 cores shared with other jobs, load 8-12; MTU 65535; `python
-scripts/netem_check.py --iters 7`: gloo dense all_reduce of float32, median time (max over ranks) over
-the ring bound 2(n-1)/n * S/B, S in 1e6 bytes; two runs):
-    1 Gbit/s   2 ranks:  10 MB 1.02-1.04x   100 MB 1.00x
-    1 Gbit/s   4 ranks:  10 MB 1.03-1.05x   100 MB 1.01-1.02x  (user namespace: 1.03x, 1.01x)
-    2.5 Gbit/s 2 ranks: 100 MB 1.02x;  4 ranks: 100 MB 1.08x
-Keep per-link rates <= ~2 Gbit/s and messages >= 10 MB for clean timings: the shaper and the ranks
-share the CPUs, and small collectives cost 0.5-25 ms in software.
+How close a shaped link comes to its rate (`scripts/netem_check.py`: gloo's dense all_reduce against the ring
+bound) is in BENCHMARKS.md. Keep per-link rates low and messages large for clean timings: the shaper and the
+ranks share the CPUs, and small collectives cost milliseconds in software.
 """
 
 from __future__ import annotations

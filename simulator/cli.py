@@ -3,7 +3,7 @@
   timeline   this machine's compute timeline of a workload (one thread, DDP's buckets)
   calibrate  this machine's cost of a message on the emulated cluster
   blockcost  this machine's cost of OmniReduce's aggregator work per block
-  validate   one emulated-cluster cell simulated, beside what `zen train` measured there
+  fidelity   one emulated-cluster cell simulated, beside what `zen train` measured there
   paper      the paper's cluster (and larger) simulated from a paper-density trace
   fig8       Fig 8 with latency and contention: each scheme's embedding sync on a flat cluster
   llm        Figs 13/14: an LLM with DGC top-5%, tensor parallel in a machine, from a DGC trace
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, required=True)
     bc = sub.add_parser("blockcost", help="this machine's cost of OmniReduce's aggregator work per block")
     bc.add_argument("--out", type=Path, required=True)
-    v = sub.add_parser("validate", help="one emulated-cluster cell simulated beside its measurement")
+    v = sub.add_parser("fidelity", help="one emulated-cluster cell simulated beside its measurement")
     v.add_argument("--measured", type=Path, nargs="+", required=True,
                    help="`zen train --out` JSONs of one workload and world size (one per link rate), or an "
                         "aggregated training CSV (fig11_throughput.csv) with --workload and --world-size")
@@ -110,105 +110,116 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command == "timeline":
-        from simulator import timeline
+    commands = {"timeline": _timeline, "calibrate": _calibrate, "blockcost": _blockcost, "fidelity": _fidelity,
+                "paper": _paper, "fig8": _fig8, "llm": _llm}
+    if args.command not in commands:
+        raise UsageError(f"unknown command {args.command}")
+    commands[args.command](args)
+    return 0
 
-        t = timeline.measure(args.workload, args.preset, steps=args.steps)
-        timeline.save(t, args.out)
-        print(f"{args.workload}/{args.preset}: forward {1e3 * t.forward_s:.1f} ms, backward "
-              f"{1e3 * t.backward_s:.1f} ms ({len(t.buckets)} buckets), optimizer {1e3 * t.optimizer_s:.1f} ms "
-              "(one thread's CPU time)")
-        return 0
-    if args.command == "calibrate":
-        from simulator.calibrate import measure
 
-        cost = measure(args.bandwidth, args.repeats)
-        cost.save(args.out)
-        print(cost)
-        return 0
-    if args.command == "blockcost":
-        from simulator.omnistream import measure as measure_blocks
+def _need_trace(profile: Path) -> None:
+    if not (profile / "traces.pt").is_file():
+        raise UsageError(f"--profile {profile}: no traces.pt there")
 
-        block = measure_blocks()
-        block.save(args.out)
-        print(block)
-        return 0
-    if args.command == "validate":
-        from simulator.compare import reports_from_throughput, validate_cells
 
-        for path in (*args.measured, args.timeline, args.cost):
-            if not path.is_file():
-                raise UsageError(f"{path}: no such file")
-        reports = []
-        for path in args.measured:
-            if path.suffix == ".csv":
-                if not (args.workload and args.world_size):
-                    raise UsageError("a CSV of measurements needs --workload and --world-size")
-                reports += reports_from_throughput(path, args.workload, args.world_size)
-            else:
-                reports.append(json.loads(path.read_text()))
-        rows = validate_cells(reports, args.timeline, args.cost, args.cores)
-        from harness.provenance import write_csv
+def _timeline(args: argparse.Namespace) -> None:
+    from simulator import timeline
 
-        write_csv(args.csv, rows)
-        for r in rows:
-            print(f"{r['workload']:>5} n={r['world_size']} {r['bandwidth']:>8} {r['scheme']:>11}  measured "
-                  f"{r['measured_ms']:8.1f} ms  simulated {r['simulated_ms']:8.1f} ms  ({r['error']:+.1%})")
-        return 0
-    if args.command == "paper":
-        from harness.provenance import write_csv
-        from simulator.omnistream import BlockCost
-        from simulator.paper import table
+    t = timeline.measure(args.workload, args.preset, steps=args.steps)
+    timeline.save(t, args.out)
+    print(f"{args.workload}/{args.preset}: forward {1e3 * t.forward_s:.1f} ms, backward "
+          f"{1e3 * t.backward_s:.1f} ms ({len(t.buckets)} buckets), optimizer {1e3 * t.optimizer_s:.1f} ms "
+          "(one thread's CPU time)")
 
-        if not (args.profile / "traces.pt").is_file():
-            raise UsageError(f"--profile {args.profile}: no traces.pt there")
-        if any(c <= 0 for c in args.compute_scale or []):
-            raise UsageError(f"--compute-scale must be positive, got {args.compute_scale}")
-        if args.block_cost is not None and not args.block_cost.is_file():
-            raise UsageError(f"--block-cost {args.block_cost}: no such file")
-        cost = BlockCost.load(args.block_cost) if args.block_cost is not None else None
-        rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
-                     args.schemes.split(","), args.jobs, args.per, tuple(args.compute_scale or [1.0]), cost)
-        write_csv(args.csv, rows)
-        for r in rows:
-            print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
-                  f"{r['scheme']:>11}  step {r['step_ms']:8.2f} ms  exposed comm {r['exposed_comm_ms']:8.2f} ms  "
-                  f"(model {r['model_comm_ms']:8.2f})  zen over it {r['zen_speedup']:.2f}x, "
-                  f"comm {r['zen_comm_speedup']:.2f}x")
-        return 0
-    if args.command == "fig8":
-        from harness.provenance import write_csv
-        from simulator.fig8 import table as fig8_table
 
-        if not (args.profile / "traces.pt").is_file():
-            raise UsageError(f"--profile {args.profile}: no traces.pt there")
-        if min(args.world_sizes) < 2:
-            raise UsageError("--world-sizes: Fig 8 needs at least 2 GPUs")
-        if args.latency_us < 0:
-            raise UsageError(f"--latency-us must be >= 0, got {args.latency_us}")
-        write_csv(args.csv, fig8_table(args.profile / "traces.pt", args.world_sizes, args.bandwidth,
-                                       args.schemes.split(","), args.workload, 1e-6 * args.latency_us, args.unit))
-        return 0
-    if args.command == "llm":
-        from harness.provenance import write_csv
-        from simulator.llm import MODELS
-        from simulator.llm import table as llm_table
+def _calibrate(args: argparse.Namespace) -> None:
+    from simulator.calibrate import measure
 
-        if not (args.profile / "traces.pt").is_file():
-            raise UsageError(f"--profile {args.profile}: no traces.pt there")
-        if args.model not in MODELS:
-            raise UsageError(f"--model: unknown {args.model!r}; choose from {', '.join(MODELS)}")
-        if min(args.nodes) < 2:
-            raise UsageError("--nodes: data parallelism across machines needs at least 2")
-        try:
-            rows = llm_table(args.profile, args.model, args.nodes, args.bandwidth or [25e9], args.schemes.split(","),
-                             args.jobs)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        write_csv(args.csv, rows)
-        for r in rows:
-            print(f"{r['paper_name']:>11} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
-                  f"{r['scheme']:>11}  step {r['step_ms']:9.1f} ms  exposed comm {r['exposed_comm_ms']:9.1f} ms  "
-                  f"zen over it {r['zen_speedup']:.2f}x, comm {r['zen_comm_speedup']:.2f}x")
-        return 0
-    raise UsageError(f"unknown command {args.command}")
+    cost = measure(args.bandwidth, args.repeats)
+    cost.save(args.out)
+    print(cost)
+
+
+def _blockcost(args: argparse.Namespace) -> None:
+    from simulator.omnistream import measure
+
+    block = measure()
+    block.save(args.out)
+    print(block)
+
+
+def _fidelity(args: argparse.Namespace) -> None:
+    from harness.provenance import write_csv
+    from simulator.compare import fidelity_rows, reports_from_throughput
+
+    for path in (*args.measured, args.timeline, args.cost):
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file")
+    reports = []
+    for path in args.measured:
+        if path.suffix == ".csv":
+            if not (args.workload and args.world_size):
+                raise UsageError("a CSV of measurements needs --workload and --world-size")
+            reports += reports_from_throughput(path, args.workload, args.world_size)
+        else:
+            reports.append(json.loads(path.read_text()))
+    rows = fidelity_rows(reports, args.timeline, args.cost, args.cores)
+    write_csv(args.csv, rows)
+    for r in rows:
+        print(f"{r['workload']:>5} n={r['world_size']} {r['bandwidth']:>8} {r['scheme']:>11}  measured "
+              f"{r['measured_ms']:8.1f} ms  simulated {r['simulated_ms']:8.1f} ms  ({r['error']:+.1%})")
+
+
+def _paper(args: argparse.Namespace) -> None:
+    from harness.provenance import write_csv
+    from simulator.omnistream import BlockCost
+    from simulator.paper import table
+
+    _need_trace(args.profile)
+    if any(c <= 0 for c in args.compute_scale or []):
+        raise UsageError(f"--compute-scale must be positive, got {args.compute_scale}")
+    if args.block_cost is not None and not args.block_cost.is_file():
+        raise UsageError(f"--block-cost {args.block_cost}: no such file")
+    cost = BlockCost.load(args.block_cost) if args.block_cost is not None else None
+    rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
+                 args.schemes.split(","), args.jobs, args.per, tuple(args.compute_scale or [1.0]), cost)
+    write_csv(args.csv, rows)
+    for r in rows:
+        print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
+              f"{r['scheme']:>11}  step {r['step_ms']:8.2f} ms  exposed comm {r['exposed_comm_ms']:8.2f} ms  "
+              f"(model {r['model_comm_ms']:8.2f})  zen over it {r['zen_speedup']:.2f}x, "
+              f"comm {r['zen_comm_speedup']:.2f}x")
+
+
+def _fig8(args: argparse.Namespace) -> None:
+    from harness.provenance import write_csv
+    from simulator.fig8 import table
+
+    _need_trace(args.profile)
+    if min(args.world_sizes) < 2:
+        raise UsageError("--world-sizes: Fig 8 needs at least 2 GPUs")
+    if args.latency_us < 0:
+        raise UsageError(f"--latency-us must be >= 0, got {args.latency_us}")
+    write_csv(args.csv, table(args.profile / "traces.pt", args.world_sizes, args.bandwidth, args.schemes.split(","),
+                              args.workload, 1e-6 * args.latency_us, args.unit))
+
+
+def _llm(args: argparse.Namespace) -> None:
+    from harness.provenance import write_csv
+    from simulator.llm import MODELS, table
+
+    _need_trace(args.profile)
+    if args.model not in MODELS:
+        raise UsageError(f"--model: unknown {args.model!r}; choose from {', '.join(MODELS)}")
+    if min(args.nodes) < 2:
+        raise UsageError("--nodes: data parallelism across machines needs at least 2")
+    try:
+        rows = table(args.profile, args.model, args.nodes, args.bandwidth or [25e9], args.schemes.split(","), args.jobs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    write_csv(args.csv, rows)
+    for r in rows:
+        print(f"{r['paper_name']:>11} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "
+              f"{r['scheme']:>11}  step {r['step_ms']:9.1f} ms  exposed comm {r['exposed_comm_ms']:9.1f} ms  "
+              f"zen over it {r['zen_speedup']:.2f}x, comm {r['zen_comm_speedup']:.2f}x")

@@ -1,4 +1,4 @@
-"""Measured `zen train` cells beside their simulation: the rows of results/figures/sim_validation.csv."""
+"""Measured `zen train` cells beside their simulation: the rows of results/figures/sim_fidelity.csv."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from typing import Any
 from harness.netem import parse_rate
 from simulator import timeline
 from simulator.calibrate import MessageCost
-from simulator.validate import batch_rows, launch_factor, record_cell, simulate_cell
+from simulator.fidelity import batch_rows, cell_steps, launch_factor, record_cell
 
 
-def validate_cells(reports: list[dict[str, Any]], timeline_path: Path, cost_path: Path, cores: int = 2
+def fidelity_rows(reports: list[dict[str, Any]], timeline_path: Path, cost_path: Path, cores: int = 2
                    ) -> list[dict[str, Any]]:
     """Simulate the schemes of `zen train` reports of one workload and world size (one or more launches per link
     rate) on the emulated cluster they ran on: the schedules are recorded once, each launch's CPU factor from
-    its own `none` steps (simulator.validate), and a cell's repeated launches combined by their median."""
+    its own `none` steps (simulator.fidelity), and a cell's repeated launches combined by their median."""
     cfgs = [r["config"] for r in reports]
     if not all(c.get("bandwidth") for c in cfgs):
         raise ValueError("a run was not on the emulated cluster (no --bandwidth): nothing to simulate")
@@ -36,7 +36,7 @@ def validate_cells(reports: list[dict[str, Any]], timeline_path: Path, cost_path
         if "none" not in runs:
             raise ValueError("the launch has no `none` steps: its CPU factor cannot be measured")
         factor = launch_factor(rec, runs["none"]["iter_s_median"], cores)
-        sims = simulate_cell(rec, parse_rate(rep["config"]["bandwidth"]), list(runs), cores, factor)
+        sims = cell_steps(rec, parse_rate(rep["config"]["bandwidth"]), list(runs), cores, factor)
         cells[rep["config"]["bandwidth"]].append({scheme: {
             "measured_ms": 1e3 * s["iter_s_median"], "measured_ms_lo": 1e3 * s["iter_s_p25"],
             "measured_ms_hi": 1e3 * s["iter_s_p75"], "simulated_ms": 1e3 * sims[scheme].step_s,
@@ -64,7 +64,7 @@ def reports_from_throughput(path: Path, workload: str, world: int, preset: str =
                             warmup: int = 3) -> list[dict[str, Any]]:
     """The measured cells of an aggregated training CSV (the pipeline's fig11_throughput.csv: ms per step and
     the 25th-75th percentile throughput per scheme) as `zen train` reports, one per link rate, for
-    `validate_cells` (the run's preset, seed and warm-up steps are the pipeline config's)."""
+    `fidelity_rows` (the run's preset, seed and warm-up steps are the pipeline config's)."""
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     with path.open() as f:
         for row in csv.DictReader(f):

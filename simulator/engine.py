@@ -20,15 +20,21 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import TYPE_CHECKING
 
 from simulator.platform import SPEED, Platform
 from simulator.schedule import P2P, Comm, Compute, Signal, StepResult, Stream, Wait
+
+if TYPE_CHECKING:
+    import simgrid
 
 Round = tuple[list[tuple[int, int]], list[int], float]  # (sends: (peer, bytes), receives: peers, extra latency)
 
 
 def ring_chunk(numel: int, world_size: int, rank: int) -> int:
-    """Elements of chunk `rank` when a ring cuts `numel` into `world_size` pieces (zen.comm.base's rule)."""
+    """Elements of chunk `rank` when a ring cuts `numel` into `world_size` pieces: zen.comm.base.ring_chunk's rule,
+    restated because the engine's worker interpreter (one per simulation) never imports zen, whose import of torch
+    would cost each simulation ten times its start; tests/test_simulator.py holds the two equal."""
     base, rem = divmod(numel, world_size)
     return base + (1 if rank < rem else 0)
 
@@ -98,12 +104,12 @@ def _two_level_all_reduce(op: Comm, rank: int, world: int, platform: Platform) -
                      nxt, prv, platform.collapse, inside)
 
 
-def simulate(platform: Platform, streams: Sequence[Stream]) -> StepResult:
+def run_step(platform: Platform, streams: Sequence[Stream]) -> StepResult:
     """One step on a fresh SimGrid engine, in a worker process."""
-    return simulate_many([(platform, list(streams))])[0]
+    return run_steps([(platform, list(streams))])[0]
 
 
-def simulate_many(jobs: Sequence[tuple[Platform, list[Stream]]], workers: int = 1) -> list[StepResult]:
+def run_steps(jobs: Sequence[tuple[Platform, list[Stream]]], workers: int = 1) -> list[StepResult]:
     """Several independent simulations, each in an interpreter of its own (`workers` at a time)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(_run, jobs))
@@ -123,29 +129,50 @@ def _run(job: tuple[Platform, list[Stream]]) -> StepResult:
 
 def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepResult:
     """Build the engine in this process (once per process: SimGrid's rule) and run the streams."""
-    import simgrid
-    from simgrid import Actor, Engine, Host, Mailbox, this_actor
+    from simgrid import Actor, Engine, Host
 
     args = [sys.argv[0] or "simulator", "--log=root.thres:critical", "--cfg=contexts/factory:thread"]
     engine = Engine(args + [f"--cfg={c}" for c in platform.config])
     engine.load_platform(str(xml))
-    world = platform.world_size
-    events: dict[tuple[int, str], simgrid.Semaphore] = defaultdict(lambda: simgrid.Semaphore(0))
-    counters: dict[tuple, int] = defaultdict(int)
-    ends: dict[int, float] = {}
-    busy: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    messages = [0]
+    step = _Step(platform)
+    hosts = {name: Host.by_name(name) for name in {*platform.net_hosts, *platform.cpu_hosts}}
+    for s in streams:
+        net, cpu = hosts[platform.net_hosts[s.rank]], hosts[platform.cpu_hosts[s.rank]]
+        Actor.create(f"{s.rank}:{s.name}", net, step.body, s, net, cpu)
+    engine.run()
+    return step.result()
 
-    def mailbox(call: str, src: int, dst: int, side: str) -> simgrid.Mailbox:
+
+class _Step:
+    """What one step's actors share: the events between a rank's streams, the messages counted per sender and
+    receiver, when each rank's main stream ended and the spans its communication streams were busy."""
+
+    def __init__(self, platform: Platform) -> None:
+        import simgrid
+
+        self.platform = platform
+        self.events: dict[tuple[int, str], simgrid.Semaphore] = defaultdict(lambda: simgrid.Semaphore(0))
+        self.counters: dict[tuple, int] = defaultdict(int)
+        self.ends: dict[int, float] = {}
+        self.busy: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        self.messages = 0
+
+    def mailbox(self, call: str, src: int, dst: int, side: str) -> simgrid.Mailbox:
         """The k-th message from src to dst in `call`, k counted on each side (as a transport orders them)."""
+        from simgrid import Mailbox
+
         key = (call, src, dst, side)
-        k = counters[key]
-        counters[key] = k + 1
+        k = self.counters[key]
+        self.counters[key] = k + 1
         return Mailbox.by_name(f"{call}|{src}>{dst}|{k}")
 
-    def spend(cpu: Host, seconds: float) -> simgrid.Semaphore:
+    @staticmethod
+    def spend(cpu: simgrid.Host, seconds: float) -> simgrid.Semaphore:
         """`seconds` of work on `cpu` by a helper actor (an execution the caller starts on another host never
         ends in this SimGrid's Python binding); the semaphore is released when it is done."""
+        import simgrid
+        from simgrid import Actor, this_actor
+
         done = simgrid.Semaphore(0)
 
         def work() -> None:
@@ -155,19 +182,22 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
         Actor.create("cpu", cpu, work)
         return done
 
-    def communicate(stream: Stream, op: Comm, cpu: Host) -> None:
+    def communicate(self, stream: Stream, op: Comm, cpu: simgrid.Host) -> None:
+        import simgrid
+        from simgrid import this_actor
+
         r = stream.rank
-        steps = list(rounds(op, r, world, platform))
+        steps = list(rounds(op, r, self.platform.world_size, self.platform))
         for sends, recvs, extra in steps:
             pending, keep = [], []
             work = None
             if op.cpu_s > 0:  # the round's share of the messages' CPU, on the rank's processor, alongside
-                work = spend(cpu, op.cpu_s / len(steps))
+                work = self.spend(cpu, op.cpu_s / len(steps))
             for peer, nbytes in sends:
-                pending.append(mailbox(op.call, r, peer, "send").put_async(None, int(nbytes)))
-                messages[0] += 1
+                pending.append(self.mailbox(op.call, r, peer, "send").put_async(None, int(nbytes)))
+                self.messages += 1
             for peer in recvs:
-                comm, data = mailbox(op.call, peer, r, "recv").get_async()
+                comm, data = self.mailbox(op.call, peer, r, "recv").get_async()
                 pending.append(comm)
                 keep.append(data)
             simgrid.Comm.wait_all(pending)
@@ -178,7 +208,10 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
             if extra > 0:
                 this_actor.sleep_for(extra)
 
-    def body(stream: Stream, net: Host, cpu: Host) -> None:
+    def body(self, stream: Stream, net: simgrid.Host, cpu: simgrid.Host) -> None:
+        """One stream's items in order: compute on the rank's processor, primitives, events."""
+        from simgrid import Engine, this_actor
+
         for item in stream.items:
             if isinstance(item, Compute):
                 if item.seconds > 0:
@@ -189,23 +222,21 @@ def run_here(platform: Platform, streams: Sequence[Stream], xml: Path) -> StepRe
                         this_actor.set_host(net)
             elif isinstance(item, Comm):
                 start = Engine.clock
-                communicate(stream, item, cpu)
+                self.communicate(stream, item, cpu)
                 if stream.comm:
-                    busy[stream.rank].append((start, Engine.clock))
+                    self.busy[stream.rank].append((start, Engine.clock))
             elif isinstance(item, Signal):
-                events[stream.rank, item.event].release()
+                self.events[stream.rank, item.event].release()
             elif isinstance(item, Wait):
-                events[stream.rank, item.event].acquire()
+                self.events[stream.rank, item.event].acquire()
         if stream.main:
-            ends[stream.rank] = Engine.clock
+            self.ends[stream.rank] = Engine.clock
 
-    hosts = {name: Host.by_name(name) for name in {*platform.net_hosts, *platform.cpu_hosts}}
-    for s in streams:
-        net, cpu = hosts[platform.net_hosts[s.rank]], hosts[platform.cpu_hosts[s.rank]]
-        Actor.create(f"{s.rank}:{s.name}", net, body, s, net, cpu)
-    engine.run()
-    rank_end = [ends.get(r, 0.0) for r in range(world)]
-    return StepResult(max(rank_end, default=0.0), rank_end, [_union(busy[r]) for r in range(world)], messages[0])
+    def result(self) -> StepResult:
+        world = self.platform.world_size
+        rank_end = [self.ends.get(r, 0.0) for r in range(world)]
+        return StepResult(max(rank_end, default=0.0), rank_end, [_union(self.busy[r]) for r in range(world)],
+                          self.messages)
 
 
 def _union(spans: list[tuple[float, float]]) -> float:

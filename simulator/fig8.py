@@ -60,7 +60,7 @@ def table(trace: Path, world_sizes: list[int], rate: float, schemes: list[str], 
         calls = [sync_calls(scheme, options, sets[:world], rows, width, unit) for _, scheme, options in keys]
         jobs = [(plat, [Stream(r, "sync", list(c[r]), main=True, comm=True) for r in range(world)]) for c in calls]
         results, got = {}, {}
-        for (name, _, _), res, c in zip(keys, engine.simulate_many(jobs), calls, strict=True):
+        for (name, _, _), res, c in zip(keys, engine.run_steps(jobs), calls, strict=True):
             if name not in results or res.step_s < results[name].step_s:  # zen: the faster of its paths
                 results[name], got[name] = res, max(counted(c[r], r, world)[1] for r in range(world))
         base_s, base_bytes = results["allreduce"].step_s, got["allreduce"]

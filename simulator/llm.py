@@ -132,7 +132,7 @@ def sync_calls(scheme: str, options: dict[str, object], slices: list[list[torch.
             for m in range(nodes) for j in range(gpus)]
 
 
-def simulate(sizes: list[int], chosen: list[list[torch.Tensor]], model: LLM, nodes: int, rates: list[float],
+def scheme_steps(sizes: list[int], chosen: list[list[torch.Tensor]], model: LLM, nodes: int, rates: list[float],
              schemes: list[str], latency_s: float = 10e-6, jobs: int = 1) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` machines x TP GPUs at every NIC rate, "none" computing only; zen is the
     fastest of its plans (simulator.paper.ZEN_PATHS), as its trial picks."""
@@ -153,7 +153,7 @@ def simulate(sizes: list[int], chosen: list[list[torch.Tensor]], model: LLM, nod
     out: dict[float, dict[str, StepResult]] = {}
     for rate in rates:
         plat = platform.gpu_cluster(nodes, TP, rate, NVLINK_BPS, latency_s)
-        base, *results = engine.simulate_many([(plat, st) for st in streams], jobs)
+        base, *results = engine.run_steps([(plat, st) for st in streams], jobs)
         best: dict[str, StepResult] = {"none": base}
         for (name, _, _), r in zip(keys, results, strict=True):
             if name not in best or r.step_s < best[name].step_s:
@@ -173,7 +173,7 @@ def table(profile: Path, model_name: str, node_counts: list[int], rates: list[fl
     out: list[dict[str, object]] = []
     for nodes in node_counts:
         union, blocks = pattern(sizes, chosen[:nodes])
-        for rate, res in simulate(sizes, chosen, model, nodes, rates, schemes, jobs=jobs).items():
+        for rate, res in scheme_steps(sizes, chosen, model, nodes, rates, schemes, jobs=jobs).items():
             for name, fields in step_fields(res).items():
                 out.append({"model": model_name, "paper_name": model.paper_name, "scheme": name, "nodes": nodes,
                             "gpus_per_node": TP, "world_size": nodes * TP, "bandwidth_gbps": rate / 1e9, **fields,

@@ -228,7 +228,7 @@ def variants(name: str) -> list[tuple[str, dict[str, object]]]:
     return [BASELINE_PATHS.get(name, (name, {}))]
 
 
-def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
+def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
              schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu", compute_scale: float = 1.0,
              block_cost: BlockCost | None = None, notes: dict[str, dict[str, float]] | None = None
              ) -> dict[float, dict[str, StepResult]]:
@@ -276,7 +276,7 @@ def simulate(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpu
     for rate in rates:
         plat = platform.machines(nodes, rate, latency_s, cores=2 * gpus + 2) if by_machine else \
             platform.gpu_cluster(nodes, gpus, rate, NVLINK_BPS, latency_s)
-        results = dict(zip(calls_of, engine.simulate_many([(plat, st) for st in streams], jobs), strict=True))
+        results = dict(zip(calls_of, engine.run_steps([(plat, st) for st in streams], jobs), strict=True))
         best = {name: min((results[k] for k in keys), key=lambda r: r.step_s) for name, keys in paths.items()}
         out[rate] = best
     return out
@@ -355,8 +355,8 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     out: list[dict[str, object]] = []
     for nodes, scale in [(n, c) for n in node_counts for c in compute_scales]:
         notes: dict[str, dict[str, float]] = {}
-        results = simulate(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per, compute_scale=scale,
-                           block_cost=block_cost, notes=notes)
+        results = scheme_steps(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per,
+                               compute_scale=scale, block_cost=block_cost, notes=notes)
         models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes
                   if name not in BASELINE_PATHS}
         for rate, res in results.items():

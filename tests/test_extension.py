@@ -50,7 +50,11 @@ for pattern in ("random", "zipf"):
         assert {p: v for p, v in phases.items() if v} == {p: v[r] for p, v in res.phases.items() if v[r]}
 check_error_feedback("example_stride")
 config = resolve(yaml.safe_load(open("workflow/config/default.yaml")))
-print(json.dumps({**names, "grid": config["schemes"], "pull": config["bench"]["pull"]["encodings"]}))
+paper = resolve(yaml.safe_load(open("workflow/config/paper.yaml")))
+print(json.dumps({**names, "grid": config["schemes"], "pull": config["bench"]["pull"]["encodings"],
+                  "trained": config["train"]["schemes"], "paper_trained": paper["train"]["schemes"],
+                  "paper_compressors": paper["train_compressors"]["compressors"],
+                  "default_compressors": config.get("train_compressors")}))
 """
 
 
@@ -68,3 +72,5 @@ def test_one_file_each_joins_the_registries_the_checks_and_the_pipeline(tmp_path
     assert "example-gather" in got["schemes"] and "example-gather" in got["grid"]
     assert "example_ids64" in got["encodings"] and "example_ids64" in got["pull"]
     assert "example_stride" in got["compressors"]
+    assert "example-gather" in got["trained"] and "example-gather" in got["paper_trained"]
+    assert "example_stride" in got["paper_compressors"] and got["default_compressors"] is None  # not in `make`

@@ -24,7 +24,7 @@ import sim_claims  # noqa: E402
 import simulated  # noqa: E402
 
 SCHEMES = ["allreduce", "agsparse", "sparcml", "zen"]
-SIMULATOR_FIGURES = {"sim_validation", "sim_paper", "sim_beyond", "sim_fig8", "sim_llm"}
+SIMULATOR_FIGURES = {"sim_fidelity", "sim_paper", "sim_beyond", "sim_fig8", "sim_llm"}
 
 
 def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
@@ -42,14 +42,14 @@ def dry_run(workdir: Path, *args: str) -> tuple[dict[str, int], str]:
 @pytest.mark.slow
 def test_default_config_dry_run(tmp_path):
     jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml")
-    for rule in ("build_kernels", "profile_sparsity", "simulate_scale", "convert_trace", "simulate_scale_trace",
-                 "simulate_microbench", "measure_microbench",
-                 "simulate_pull_encoding", "bench_kernels", "train_workload", "train_compressed", "train_torchrec",
+    for rule in ("build_kernels", "profile_sparsity", "predict_scale", "convert_trace", "predict_scale_trace",
+                 "virtual_microbench", "measure_microbench",
+                 "virtual_pull_encoding", "bench_kernels", "train_workload", "train_compressed", "train_torchrec",
                  "aggregate_torchrec", "plot_figure", "write_report"):
         assert jobs.get(rule, 0) >= 1, (rule, jobs)
-    # the step simulator's figures come from `make validate` (workflow/config/validation.yaml), not the default run
+    # the step simulator's figures come from `make sim-fidelity` (workflow/config/fidelity.yaml), not the default run
     assert jobs["plot_figure"] == len(set(figures.FIGURES) - SIMULATOR_FIGURES)
-    assert not {"measure_timeline", "calibrate_messages", "simulate_validation", "simulate_paper"} & set(jobs), jobs
+    assert not {"measure_timeline", "calibrate_messages", "simulate_fidelity", "simulate_paper"} & set(jobs), jobs
 
 
 @pytest.mark.slow
@@ -64,24 +64,24 @@ def test_default_run_draws_the_committed_simulations(tmp_path):
     jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml", "-p")
     assert jobs["plot_figure"] == len(set(figures.FIGURES) - SIMULATOR_FIGURES) + len(committed), jobs
     assert "--simulated results/simulated --simgrid" in plan
-    assert not {"simulate_validation", "simulate_paper", "simulate_fig8", "simulate_llm"} & set(jobs), jobs
+    assert not {"simulate_fidelity", "simulate_paper", "simulate_fig8", "simulate_llm"} & set(jobs), jobs
 
 
 @pytest.mark.slow
-def test_validation_overlay_dry_run(tmp_path):
-    """`make validate`'s target: every validation cell simulated, the 1 Gbit/s ones from the default run's own
+def test_fidelity_overlay_dry_run(tmp_path):
+    """`make sim-fidelity`'s target: every fidelity cell simulated, the 1 Gbit/s ones from the default run's own
     training cells and the 2.5 Gbit/s ones from launches of their own (emulated links only: on loopback there is
-    nothing to validate against)."""
+    nothing to compare with)."""
     import os
     import shutil
 
     if os.geteuid() != 0 or any(shutil.which(t) is None for t in ("ip", "tc", "nsenter", "unshare", "setpriv")):
-        pytest.skip("no link emulation here (root and iproute2): the validation has no cells")
-    jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml", "workflow/config/validation.yaml",
-                      "-p", "results/figures/sim_validation.png")
-    assert jobs["simulate_validation"] == 2 * 3 * 2, jobs  # lstm, dlrm x 2, 4, 8 ranks x 1, 2.5 Gbit/s
+        pytest.skip("no link emulation here (root and iproute2): the fidelity check has no cells")
+    jobs, _ = dry_run(tmp_path, "--configfile", "workflow/config/default.yaml", "workflow/config/fidelity.yaml",
+                      "-p", "results/figures/sim_fidelity.png")
+    assert jobs["simulate_fidelity"] == 2 * 3 * 2, jobs  # lstm, dlrm x 2, 4, 8 ranks x 1, 2.5 Gbit/s
     # three launches a cell: the 1 Gbit/s cell's own training and two more, and three at 2.5 Gbit/s
-    assert jobs["train_validation"] == 2 * 3 * (2 + 3) and jobs["train_workload"] >= 1, jobs
+    assert jobs["train_fidelity"] == 2 * 3 * (2 + 3) and jobs["train_workload"] >= 1, jobs
     assert jobs["measure_timeline"] == 2 and jobs["calibrate_messages"] == 1 and jobs["plot_figure"] == 1, jobs
     assert "simulate_paper" not in jobs and "write_report" not in jobs, jobs
 
@@ -93,6 +93,20 @@ def test_paper_config_dry_run_with_slurm_profile(tmp_path):
     assert jobs == {"build_kernels": 1, "train_workload": 1, "total": 2}
     assert "nodes=4" in plan and "gres=gpu:8" in plan and "tasks_per_gpu" not in plan
     assert "srun --nodes=4 --ntasks-per-node=1" in plan and "--nnodes=4 --nproc-per-node=8" in plan
+
+
+@pytest.mark.slow
+def test_paper_config_trains_every_registered_compressor(tmp_path):
+    """The paper config's `train_compressors`: one launch per registered compressor on its cell, each with its own
+    options, aggregated into one CSV."""
+    from zen.compress import compressors
+
+    jobs, plan = dry_run(tmp_path, "--configfile", "workflow/config/paper.yaml", "-p",
+                         "results/aggregate/training_compressors.csv")
+    assert jobs["train_compressor"] == len(compressors()) and jobs["aggregate_compressors"] == 1, jobs
+    for name in compressors():
+        assert f"--compress {name} --density 0.05" in plan, name
+    assert "--compress dgc --density 0.05 --compress-option warmup_steps=20" in plan
 
 
 @pytest.mark.slow
@@ -138,6 +152,33 @@ def test_configs_match_the_schema_and_bad_keys_do_not(name):
     validate(dict(cfg), schema)
     with pytest.raises(WorkflowError):
         validate(dict(cfg, backend="mpi"), schema)
+
+
+def test_training_schemes_and_compressors_come_from_the_registries():
+    """`registered` in a training section: every registered scheme but zen's single-plan variants (`zen-*`), less
+    `leave_out`, so the default run trains the schemes it listed by hand before (its make budget unchanged); the
+    paper config trains every registered compressor (`train_compressors.compressors: all`)."""
+    import yaml
+
+    from harness.pipeline import resolve
+    from zen.compress import compressors
+
+    def load(*names: str) -> dict:
+        cfg: dict = {}
+        for name in names:
+            for key, value in yaml.safe_load((REPO / "workflow" / "config" / f"{name}.yaml").read_text()).items():
+                cfg[key] = {**cfg[key], **value} if isinstance(value, dict) and key in cfg else value
+        return resolve(cfg)
+
+    default = load("default", "fidelity")
+    assert default["train"]["schemes"] == ["none", "ddp", "allreduce", "agsparse", "omnireduce", "sparcml", "zen"]
+    assert default["train_compressed"]["schemes"] == ["none", "allreduce", "agsparse", "omnireduce", "sparcml", "zen",
+                                                      "powersgd-4"]
+    assert default["simulator"]["fidelity"]["schemes"] == default["train"]["schemes"]
+    assert "train_compressors" not in default
+    paper = load("paper")
+    assert paper["train"]["schemes"][2:] == ["allreduce", "agsparse", "omnireduce", "sparcml", "sparse_ps", "zen"]
+    assert paper["train_compressors"]["compressors"] == compressors()
 
 
 # ---- scripts on fake data ------------------------------------------------------------------------
@@ -490,11 +531,11 @@ def test_report_says_not_run_here_without_simgrid(tmp_path):
     info = {"host": "h", "cpu": "c", "cpus": 2, "memory_gib": 1, "gpus": [], "platform": "p", "python": "3",
             "torch": "t"}
     v = pd.DataFrame({"simulated_ms": [105.0, 90.0], "measured_ms": [100.0, 100.0]})
-    sim = sim_claims.Simulated({"sim_validation": v}, {"sim_validation": "git abc, 2026-12-03, `make validate`"},
+    sim = sim_claims.Simulated({"sim_fidelity": v}, {"sim_fidelity": "git abc, 2026-12-03, `make sim-fidelity`"},
                                simgrid=False)
     text = report.render({"run_name": "t"}, {}, [], None, tmp_path / "README.md", info, "built", "", sim)
     assert "not run here: SimGrid's Python module is missing" in text
-    assert "- `sim_validation`: git abc, 2026-12-03, `make validate`" in text
+    assert "- `sim_fidelity`: git abc, 2026-12-03, `make sim-fidelity`" in text
     assert "median 8%, max 10% over 2 cells" in text and "| not measured here |" in text
 
 

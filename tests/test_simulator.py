@@ -46,7 +46,7 @@ def test_two_host_transfer_matches_its_closed_form() -> None:
     p = platform.emulated(2, rate, latency_s=latency)
     streams = [Stream(0, "main", [Comm("all_to_all", "c", sends={1: size})], main=True),
                Stream(1, "main", [Comm("all_to_all", "c", recvs={0: size})], main=True)]
-    got = engine.simulate(p, streams)
+    got = engine.run_step(p, streams)
     assert got.step_s == pytest.approx(latency + 8 * size / rate, rel=1e-9)
     assert got.messages == 1
 
@@ -59,7 +59,7 @@ def test_ring_all_reduce_and_shared_cores_match_their_closed_forms() -> None:
     size, rate, world = 40_000_000, 1e9, 4
     streams = [Stream(r, "main", [Compute(1.0), Comm("all_reduce", "ar", nbytes=size)], main=True, comm=True)
                for r in range(world)]
-    got = engine.simulate(platform.emulated(world, rate, cores=2), streams)
+    got = engine.run_step(platform.emulated(world, rate, cores=2), streams)
     assert got.step_s == pytest.approx(2.0 + 2 * (world - 1) / world * 8 * size / rate, rel=1e-9)
     assert got.comm_busy_s[0] == pytest.approx(2 * (world - 1) / world * 8 * size / rate, rel=1e-9)
 
@@ -84,7 +84,7 @@ def test_nics_are_shared_by_a_machines_gpus() -> None:
                Stream(1, "m", [Comm("all_to_all", "c", sends={3: size})], main=True),
                Stream(2, "m", [Comm("all_to_all", "c", recvs={0: size})], main=True),
                Stream(3, "m", [Comm("all_to_all", "c", recvs={1: size})], main=True)]
-    assert engine.simulate(p, streams).step_s == pytest.approx(2 * 8 * size / nic, rel=1e-6)
+    assert engine.run_step(p, streams).step_s == pytest.approx(2 * 8 * size / nic, rel=1e-6)
 
 
 def _tables(world: int, rows: int = 3000, width: int = 8, nnz: int = 120) -> list[torch.Tensor]:
@@ -124,6 +124,17 @@ def test_engine_expands_collectives_into_the_counted_bytes() -> None:
                 assert moved == sum(counted([op], r, world)[0] for r in range(world))
 
 
+def test_the_engines_ring_cuts_chunks_as_the_communicator_does() -> None:
+    """simulator.engine.ring_chunk restates zen.comm.base.ring_chunk (its worker never imports zen): the same
+    chunk for every size, ring and position."""
+    from zen.comm.base import ring_chunk
+
+    for numel in (0, 1, 7, 64, 1001):
+        for world in (1, 2, 3, 8, 13):
+            assert [engine.ring_chunk(numel, world, r) for r in range(world)] == \
+                [ring_chunk(numel, world, r) for r in range(world)], (numel, world)
+
+
 def test_recording_repeats_keep_the_schedule_and_median_the_work() -> None:
     world = 3
     instances = [make_scheme("zen") for _ in range(world)]
@@ -141,8 +152,8 @@ def test_a_hook_step_overlaps_buckets_with_backward() -> None:
     size = 25_000_000
     calls = {(k, 0): [[Comm("all_reduce", f"b{k}", nbytes=size)] for _ in range(2)] for k in range(2)}
     plat = platform.emulated(2, 1e9, cores=2)
-    none = engine.simulate(plat, step_streams("none", 2, t)).step_s
-    hook = engine.simulate(plat, step_streams("hook", 2, t, calls)).step_s
+    none = engine.run_step(plat, step_streams("none", 2, t)).step_s
+    hook = engine.run_step(plat, step_streams("hook", 2, t, calls)).step_s
     assert none == pytest.approx(0.55, rel=1e-9)
     transfer = 8 * size / 1e9  # a 2-rank ring moves half each way twice: the tensor once
     assert hook == pytest.approx(0.1 + 0.4 + transfer + 0.05, rel=1e-9)
@@ -161,7 +172,7 @@ def test_streams_name_their_events_consistently() -> None:
 def test_cli_bad_arguments_are_one_line_and_exit_2(capsys) -> None:
     from simulator.cli import main
 
-    assert main(["validate", "--measured", "nope.json", "--timeline", "t", "--cost", "c", "--csv", "o"]) == 2
+    assert main(["fidelity", "--measured", "nope.json", "--timeline", "t", "--cost", "c", "--csv", "o"]) == 2
     assert main(["frobnicate"]) == 2
     assert main(["calibrate", "--repeats", "0", "--out", "x"]) == 2
     assert main(["fig8", "--profile", ".", "--world-sizes", "1,2", "--csv", "o"]) == 2
@@ -170,7 +181,7 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(capsys) -> None:
 
 
 def test_a_training_csv_reads_back_as_one_report_per_link_rate(tmp_path, capsys) -> None:
-    """`validate --measured fig11_throughput.csv --workload W --world-size N`: the cell's rows at each emulated
+    """`fidelity --measured fig11_throughput.csv --workload W --world-size N`: the cell's rows at each emulated
     rate, compressed and loopback rows left out, the step-time spread from the throughput's."""
     from simulator.cli import main
     from simulator.compare import reports_from_throughput
@@ -193,7 +204,7 @@ def test_a_training_csv_reads_back_as_one_report_per_link_rate(tmp_path, capsys)
         reports_from_throughput(path, "bert", 4)
     (tmp_path / "t").write_text("{}")
     (tmp_path / "c").write_text("{}")
-    assert main(["validate", "--measured", str(path), "--timeline", str(tmp_path / "t"), "--cost",
+    assert main(["fidelity", "--measured", str(path), "--timeline", str(tmp_path / "t"), "--cost",
                  str(tmp_path / "c"), "--csv", str(tmp_path / "o.csv")]) == 2
     assert "needs --workload and --world-size" in capsys.readouterr().err
 
@@ -288,8 +299,8 @@ def test_collapsed_rings_take_the_time_of_their_steps() -> None:
     streams = [Stream(r, "m", [Comm("all_reduce", "a", nbytes=4 * 300_001),
                                Comm("all_gather", "g", nbytes=4096, group=(1, 3, 5)) if r % 2 else Compute(0.0)],
                       main=True) for r in range(6)]
-    collapsed = engine.simulate(plat, streams)
-    stepwise = engine.simulate(replace(plat, collapse=False), streams)
+    collapsed = engine.run_step(plat, streams)
+    stepwise = engine.run_step(replace(plat, collapse=False), streams)
     assert collapsed.step_s == pytest.approx(stepwise.step_s, rel=1e-4)  # chunks differ by one element
     assert collapsed.messages < stepwise.messages
 
@@ -297,7 +308,7 @@ def test_collapsed_rings_take_the_time_of_their_steps() -> None:
 @pytest.mark.slow
 @needs_simgrid
 def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
-    """`validate` with three launches of one cell: one row per scheme and link rate, `launches` 3, measured and
+    """`fidelity` with three launches of one cell: one row per scheme and link rate, `launches` 3, measured and
     simulated each the median of the launches' own (each launch simulated with its own CPU factor; each call
     records the schemes' local work afresh, so simulated times agree to that timing's noise)."""
     import json
@@ -306,7 +317,7 @@ def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
     import sys
 
     from simulator.calibrate import MessageCost
-    from simulator.compare import validate_cells
+    from simulator.compare import fidelity_rows
 
     timeline = tmp_path / "lstm.json"
     subprocess.run([sys.executable, "-m", "simulator", "timeline", "--workload", "lstm", "--preset", "scaled",
@@ -322,8 +333,8 @@ def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
                            "bandwidth": "1gbit"}, "runs": runs}
 
     launches = [launch(150, 900), launch(160, 1300), launch(140, 880)]
-    alone = [{r["scheme"]: r for r in validate_cells([rep], timeline, cost)} for rep in launches]
-    rows = validate_cells(launches, timeline, cost)
+    alone = [{r["scheme"]: r for r in fidelity_rows([rep], timeline, cost)} for rep in launches]
+    rows = fidelity_rows(launches, timeline, cost)
     assert [(r["scheme"], r["bandwidth"], r["launches"]) for r in rows] == [("allreduce", "1gbit", 3),
                                                                            ("none", "1gbit", 3)]
     for row in rows:
@@ -342,13 +353,13 @@ def test_paper_setting_records_each_zen_path_once_and_zen_takes_the_faster() -> 
     """`simulator paper` on 2 machines x 2 GPUs: zen, zen-bp, zen-bp-range and zen-hc share three recordings (BP
     over hashes or ranges, HC), zen's step is the shortest of them, and every scheme's step is at least the compute
     alone."""
-    from simulator.paper import simulate
+    from simulator.paper import scheme_steps
 
     gen = torch.Generator().manual_seed(1)
     rows = 4000
     sets = [torch.randperm(rows, generator=gen)[:120].sort().values for _ in range(4)]
     names = ["allreduce", "zen", "zen-bp", "zen-bp-range", "zen-hc"]
-    got = simulate("dlrm", sets, rows, 2, 2, [25e9], names)[25e9]
+    got = scheme_steps("dlrm", sets, rows, 2, 2, [25e9], names)[25e9]
     assert set(got) == {"none", *names}
     assert got["zen"].step_s == min(got[n].step_s for n in ("zen-bp", "zen-bp-range", "zen-hc"))
     assert all(r.step_s >= got["none"].step_s for r in got.values())
@@ -431,10 +442,10 @@ def test_llm_simulated_allreduce_takes_the_nic_bound_and_zen_is_its_faster_path(
 @pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_a_machine_as_one_endpoint_carries_its_gpus_bytes_and_keeps_the_step() -> None:
-    """`simulate(per="machine")`: each machine's merged primitives carry exactly the bytes its GPUs' shard groups
+    """`scheme_steps(per="machine")`: each machine's merged primitives carry exactly the bytes its GPUs' shard groups
     send across machines, and the step stays within a few percent of the per-GPU simulation (AllReduce within
     1%; BP's all-to-all, whose shard groups move together, within 2%)."""
-    from simulator.paper import embedding_calls, machine_calls, node_shards, record_cross, shard_sizes, simulate
+    from simulator.paper import embedding_calls, machine_calls, node_shards, record_cross, scheme_steps, shard_sizes
 
     gen = torch.Generator().manual_seed(2)
     rows, nodes, gpus, width = 4000, 4, 2, 8
@@ -446,8 +457,8 @@ def test_a_machine_as_one_endpoint_carries_its_gpus_bytes_and_keeps_the_step() -
         sent = sum(b for g in range(m * gpus, (m + 1) * gpus) for i in per_gpu[g]
                    if isinstance(i, Comm) and i.call not in ("rs", "ag") for b in i.sends.values())
         assert sent == sum(b for i in per_machine[m] if isinstance(i, Comm) for b in i.sends.values()) > 0
-    by_gpu = simulate("dlrm", sets, rows, nodes, gpus, [25e9], ["allreduce", "zen-bp"])[25e9]
-    by_machine = simulate("dlrm", sets, rows, nodes, gpus, [25e9], ["allreduce", "zen-bp"], per="machine")[25e9]
+    by_gpu = scheme_steps("dlrm", sets, rows, nodes, gpus, [25e9], ["allreduce", "zen-bp"])[25e9]
+    by_machine = scheme_steps("dlrm", sets, rows, nodes, gpus, [25e9], ["allreduce", "zen-bp"], per="machine")[25e9]
     assert by_machine["allreduce"].step_s == pytest.approx(by_gpu["allreduce"].step_s, rel=0.01)
     assert by_machine["zen-bp"].step_s == pytest.approx(by_gpu["zen-bp"].step_s, rel=0.02)
 
@@ -458,11 +469,12 @@ def test_paper_compute_scale_multiplies_the_roofline_and_a_bad_one_exits_2(tmp_p
     """`--compute-scale`: the compute-only step scales by it exactly (Fig 11's sensitivity rests on that); zero or
     below is one line and exit 2."""
     from simulator.cli import main
-    from simulator.paper import simulate
+    from simulator.paper import scheme_steps
 
     gen = torch.Generator().manual_seed(1)
     sets = [torch.randperm(4000, generator=gen)[:120].sort().values for _ in range(4)]
-    one, two = (simulate("dlrm", sets, 4000, 2, 2, [25e9], ["allreduce"], compute_scale=c)[25e9] for c in (1.0, 2.0))
+    one, two = (scheme_steps("dlrm", sets, 4000, 2, 2, [25e9], ["allreduce"], compute_scale=c)[25e9]
+                for c in (1.0, 2.0))
     assert two["none"].step_s == pytest.approx(2 * one["none"].step_s, rel=1e-9)
     assert two["allreduce"].step_s > one["allreduce"].step_s
     (tmp_path / "traces.pt").write_bytes(b"")

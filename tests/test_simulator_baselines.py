@@ -118,7 +118,7 @@ def test_a_priced_block_cost_lengthens_omnireduces_step_once_it_outlasts_the_pus
     """2 machines x 2 GPUs: a block cost far above the push's link time makes OmniReduce's step longer by about
     the busiest aggregator's work; the measured-size cost that hides behind the transfers leaves it as it was."""
     pytest.importorskip("simgrid", reason="SimGrid's Python module is missing (the simulator's engine)")
-    from simulator.paper import simulate
+    from simulator.paper import scheme_steps
 
     gen = torch.Generator().manual_seed(6)
     rows = 4000
@@ -126,7 +126,7 @@ def test_a_priced_block_cost_lengthens_omnireduces_step_once_it_outlasts_the_pus
     steps = {}
     for cost in (None, BlockCost(1e-9), BlockCost(1e-3)):
         notes: dict[str, dict[str, float]] = {}
-        got = simulate("dlrm", sets, rows, 2, 2, [25e9], ["omnireduce"], block_cost=cost, notes=notes)[25e9]
+        got = scheme_steps("dlrm", sets, rows, 2, 2, [25e9], ["omnireduce"], block_cost=cost, notes=notes)[25e9]
         steps[cost] = got["omnireduce"].step_s, notes.get("omnireduce", {}).get("aggregator_work_s", 0.0)
     bare = steps[None][0]
     assert steps[BlockCost(1e-9)][0] == pytest.approx(bare, rel=1e-6)

@@ -84,3 +84,17 @@ def test_internal_functions_take_at_most_eight_parameters() -> None:
                 if len(params) > 8:
                     too_many.append(f"{name}.{node.name} ({len(params)})")
     assert not too_many, too_many
+
+
+@pytest.mark.parametrize("folder", ["harness", "simulator", "baselines", "workloads", "workflow/scripts", "scripts"])
+def test_harness_modules_and_functions_stay_small(folder: str) -> None:
+    """A module a newcomer can hold: at most 500 lines a file and 60 a function in the harness's folders."""
+    big = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > 500:
+            big.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
+                big.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}")
+    assert not big, big

@@ -29,7 +29,7 @@ import torch
 from harness.provenance import atomic_file, write_atomic, write_csv
 from workloads import sparsity
 from workloads.base import PRESETS, Workload, build_workload, workload_names
-from workloads.train import add_compress_arguments, parse_compress_options, with_defaults
+from workloads.train_args import add_compress_arguments, parse_compress_options, with_defaults
 from zen.cli_args import UsageError
 from zen.compress import Compressor, PartContext, make_compressor
 

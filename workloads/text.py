@@ -60,6 +60,12 @@ def subword_stream(tokenizer: str, article_limit: int | None = None) -> torch.Te
 
 
 @cache
+def tokenized_corpus(tokenizer: str, article_limit: int | None = None):  # -> (Tokenizer, int, torch.Tensor)
+    """A transformer workload's text: the tokenizer, its vocabulary size and the corpus as its token ids."""
+    tok = load_tokenizer(tokenizer)
+    return tok, tok.get_vocab_size(), subword_stream(tokenizer, article_limit)
+
+
 def word_stream(corpora: tuple[str, ...],
                 sentence_limit: int | None = None) -> tuple[torch.Tensor, tuple[str, ...]]:
     """Word-level stream (`<eos>` after each sentence) and its frequency-sorted vocabulary."""

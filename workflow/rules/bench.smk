@@ -1,16 +1,17 @@
-"""Microbenchmarks (`zen bench`): every scheme on one synthetic gradient per rank (zen/bench)."""
+"""Microbenchmarks (`zen bench`, harness/bench): every scheme on one synthetic gradient per rank; the `virtual_*` rules
+on zen.simulate's virtual ranks in one process, `measure_microbench` on real ones."""
 
 
-rule simulate_microbench:
+rule virtual_microbench:
     """Virtual ranks in one process: exact bytes per rank, time = max bytes received / link rate."""
     input:
         BUILD_STAMP,
     output:
         RESULTS + "/bench/sim/{pattern}/n{world_size}_d{density}.jsonl",
     log:
-        LOGS + "/simulate_microbench/{pattern}/n{world_size}_d{density}.log",
+        LOGS + "/virtual_microbench/{pattern}/n{world_size}_d{density}.log",
     benchmark:
-        BENCHMARKS + "/simulate_microbench/{pattern}/n{world_size}_d{density}.tsv"
+        BENCHMARKS + "/virtual_microbench/{pattern}/n{world_size}_d{density}.tsv"
     params:
         numel=config["bench"]["sim"]["numel"],
         link_gbps=config["bench"]["sim"]["link_gbps"],
@@ -22,16 +23,16 @@ rule simulate_microbench:
         " --sim-bandwidth-gbps {params.link_gbps} --seed {params.seed} --json {output} > {log} 2>&1"
 
 
-rule simulate_pull_encoding:
+rule virtual_pull_encoding:
     """Zen BP with one pull encoding (hash bitmap, COO, bitmap) next to the baselines: Fig 17 data."""
     input:
         BUILD_STAMP,
     output:
         RESULTS + "/bench/pull/{encoding}/{pattern}/n{world_size}_d{density}.jsonl",
     log:
-        LOGS + "/simulate_pull_encoding/{encoding}/{pattern}/n{world_size}_d{density}.log",
+        LOGS + "/virtual_pull_encoding/{encoding}/{pattern}/n{world_size}_d{density}.log",
     benchmark:
-        BENCHMARKS + "/simulate_pull_encoding/{encoding}/{pattern}/n{world_size}_d{density}.tsv"
+        BENCHMARKS + "/virtual_pull_encoding/{encoding}/{pattern}/n{world_size}_d{density}.tsv"
     params:
         numel=config["bench"]["pull"]["numel"],
         link_gbps=config["bench"]["sim"]["link_gbps"],

@@ -1,4 +1,4 @@
-"""Config validation and input helpers shared by every rule file."""
+"""The config checked against its schema, and input helpers shared by every rule file."""
 
 import os
 import shlex
@@ -7,13 +7,13 @@ import sys
 from itertools import product
 from pathlib import Path
 
-from snakemake.utils import validate
+from snakemake.utils import validate as check_schema
 
 from harness.pipeline import resolve
 from zen.encodings import encodings as registered_encodings
 
-validate(config, schema="../schemas/config.schema.yaml")
-resolve(config)  # `all`: every registered scheme / pull encoding (names are listed once, by the registries)
+check_schema(config, schema="../schemas/config.schema.yaml")
+resolve(config)  # `all` / `registered`: the registries' names (schemes, pull encodings, compressors; listed once)
 
 # Every job runs the interpreter that runs Snakemake (the venv's under `make`), so the installed
 # package is importable; `script:` is not used because it only sees its own folder.
@@ -49,6 +49,7 @@ wildcard_constraints:
     encoding="|".join(registered_encodings()),
     workload=r"[A-Za-z0-9_]+",
     scheme=r"[A-Za-z0-9_-]+",
+    compressor=r"[A-Za-z0-9_-]+",
     sweep="r1|k",
     plan="dp|mixed",
 

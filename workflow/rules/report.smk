@@ -20,8 +20,8 @@ FIGURE_INPUTS = {
     "fig13_compressed": [AGG + "/training_compressed.csv"],
     "fig13_compressed_loss": [AGG + "/training_compressed_steps.csv"],
 }
-if validation_cells():
-    FIGURE_INPUTS["sim_validation"] = [AGG + "/sim_validation.csv"]
+if fidelity_cells():
+    FIGURE_INPUTS["sim_fidelity"] = [AGG + "/sim_fidelity.csv"]
 if PAPER_SIM.get("workloads"):
     FIGURE_INPUTS["sim_paper"] = [AGG + "/sim_paper.csv"]
 if SIM_SETTINGS["beyond"].get("workloads"):
@@ -34,7 +34,7 @@ if LLM_SIM.get("models"):
 # (workflow/scripts/simulated.py): drawn from there where this run does not simulate it itself.
 COMMITTED_SIM = RESULTS + "/simulated"
 COMMITTED_SIM_FILES = sorted(str(p) for p in Path(COMMITTED_SIM).glob("*") if p.suffix in (".csv", ".json"))
-for name in ("sim_validation", "sim_paper", "sim_fig8", "sim_llm"):
+for name in ("sim_fidelity", "sim_paper", "sim_fig8", "sim_llm"):
     if name not in FIGURE_INPUTS and Path(COMMITTED_SIM, f"{name}.csv").exists():
         FIGURE_INPUTS[name] = [f"{COMMITTED_SIM}/{name}.csv"]
 HAVE_SIMGRID = find_spec("simgrid") is not None  # SimGrid is optional: the report says "not run here" without it
@@ -44,7 +44,7 @@ rule plot_figure:
     """One figure: the PNG and, next to it, the CSV of exactly what is drawn."""
     input:
         data=lambda wildcards: FIGURE_INPUTS[wildcards.figure],
-        scripts=[SCRIPTS + "/figures.py", SCRIPTS + "/common.py", SCRIPTS + "/claims.py", SCRIPTS + "/sim_claims.py"],
+        scripts=[SCRIPTS + f"/{name}.py" for name in ("figures", "plots", "sim_figures", "common", "claims", "sim_claims")],
     output:
         png=FIGURES + "/{figure}.png",
         csv=FIGURES + "/{figure}.csv",

@@ -1,14 +1,14 @@
 """Traffic and algorithmic time at 2..128 ranks (`zen scale`): the data of the paper's Figure 8."""
 
 
-rule simulate_scale:
+rule predict_scale:
     """Predicted exact per-rank bytes of every scheme (checked against the simulation at small n)."""
     output:
         RESULTS + "/scale/{pattern}_d{density}.csv",
     log:
-        LOGS + "/simulate_scale/{pattern}_d{density}.log",
+        LOGS + "/predict_scale/{pattern}_d{density}.log",
     benchmark:
-        BENCHMARKS + "/simulate_scale/{pattern}_d{density}.tsv"
+        BENCHMARKS + "/predict_scale/{pattern}_d{density}.tsv"
     params:
         numel=config["scale"]["numel"],
         world_sizes=csv_list(config["scale"]["world_sizes"]),
@@ -48,16 +48,16 @@ rule convert_trace:
         "{PY} {SCRIPTS}/trace_for_scale.py {input} {output} > {log} 2>&1"
 
 
-rule simulate_scale_trace:
+rule predict_scale_trace:
     """Fig 8 on a real workload's sparsity, up to as many ranks as the (at-scale) profile emulated workers."""
     input:
         RESULTS + "/scale/traces/{workload}.pt",
     output:
         RESULTS + "/scale/trace_{workload}.csv",
     log:
-        LOGS + "/simulate_scale_trace/{workload}.log",
+        LOGS + "/predict_scale_trace/{workload}.log",
     benchmark:
-        BENCHMARKS + "/simulate_scale_trace/{workload}.tsv"
+        BENCHMARKS + "/predict_scale_trace/{workload}.tsv"
     params:
         world_sizes=csv_list(n for n in config["scale"]["world_sizes"] if n <= UNION_WORKERS),
         link_gbps=config["scale"]["link_gbps"],

@@ -1,48 +1,48 @@
-"""The step simulator (simulator/, SimGrid): validated against the emulated cluster's training, then run at the
-paper's scale. `make validate` regenerates the validation figure alone (workflow/config/validation.yaml)."""
+"""The step simulator (simulator/, SimGrid): checked against the emulated cluster's training, then run at the
+paper's scale. `make sim-fidelity` regenerates the fidelity figure alone (workflow/config/fidelity.yaml)."""
 
 SIM = config.get("simulator", {})
-VALIDATION = SIM.get("validation") or {}
+FIDELITY = SIM.get("fidelity") or {}
 PAPER_SIM = SIM.get("paper") or {}
 
 
-def validation_cells():
-    """(workload, world size, bandwidth) cells; none on loopback (no emulated links to validate against)."""
-    if not VALIDATION or not emulated_bandwidth():
+def fidelity_cells():
+    """(workload, world size, bandwidth) cells; none on loopback (no emulated links to compare with)."""
+    if not FIDELITY or not emulated_bandwidth():
         return []
-    return [(w, n, b) for w in VALIDATION["workloads"] for n in VALIDATION["world_sizes"] for b in VALIDATION["bandwidths"]]
+    return [(w, n, b) for w in FIDELITY["workloads"] for n in FIDELITY["world_sizes"] for b in FIDELITY["bandwidths"]]
 
 
 def measured_cell(wildcards):
     """The cell's launches, `repeats` of them: the pipeline's own training cell when it ran this one (same link
-    rate, every validated scheme), then launches of their own."""
+    rate, every compared scheme), then launches of their own."""
     n, w, b = int(wildcards.world_size), wildcards.workload, wildcards.bandwidth
     trained = n in config["train"]["grid"].get(w, []) and b == emulated_bandwidth()
-    own = [RESULTS + f"/train/{w}/n{n}.json"] if trained and set(VALIDATION["schemes"]) <= set(
+    own = [RESULTS + f"/train/{w}/n{n}.json"] if trained and set(FIDELITY["schemes"]) <= set(
         config["train"]["schemes"]) else []
-    return own + [RESULTS + f"/validation/train/{w}/n{n}_{b}/launch{k}.json"
-                  for k in range(len(own), VALIDATION.get("repeats", 1))]
+    return own + [RESULTS + f"/fidelity/train/{w}/n{n}_{b}/launch{k}.json"
+                  for k in range(len(own), FIDELITY.get("repeats", 1))]
 
 
-rule train_validation:
-    """A training launch only the validation needs (another link rate, or a repeat): every scheme in one launch,
+rule train_fidelity:
+    """A training launch only the fidelity check needs (another link rate, or a repeat): every scheme in one launch,
     timed alone."""
     input:
         BUILD_STAMP,
     output:
-        RESULTS + "/validation/train/{workload}/n{world_size}_{bandwidth}/launch{launch}.json",
+        RESULTS + "/fidelity/train/{workload}/n{world_size}_{bandwidth}/launch{launch}.json",
     log:
-        LOGS + "/train_validation/{workload}/n{world_size}_{bandwidth}/launch{launch}.log",
+        LOGS + "/train_fidelity/{workload}/n{world_size}_{bandwidth}/launch{launch}.log",
     benchmark:
-        BENCHMARKS + "/train_validation/{workload}/n{world_size}_{bandwidth}/launch{launch}.tsv"
+        BENCHMARKS + "/train_fidelity/{workload}/n{world_size}_{bandwidth}/launch{launch}.tsv"
     wildcard_constraints:
         launch=r"\d+",
     threads: workflow.cores  # timed: alone on the machine
     params:
-        schemes=csv_list(VALIDATION.get("schemes", [])),
+        schemes=csv_list(FIDELITY.get("schemes", [])),
         preset=config["train"]["preset"],
-        steps=VALIDATION.get("steps", 12),
-        warmup=VALIDATION.get("warmup", 3),
+        steps=FIDELITY.get("steps", 12),
+        warmup=FIDELITY.get("warmup", 3),
         seed=config["seed"],
     shell:
         "{ZEN} train --world-size {wildcards.world_size} --bandwidth {wildcards.bandwidth} --workload {wildcards.workload}"
@@ -98,32 +98,32 @@ def block_cost_input(wildcards):
     return [RESULTS + "/sim/block_cost.json"] if SIM_SETTINGS[wildcards.setting].get("block_cost") else []
 
 
-rule simulate_validation:
+rule simulate_fidelity:
     """One measured cell simulated: every scheme's step on the emulated platform."""
     input:
         measured=measured_cell,
         timeline=RESULTS + "/sim/timeline/{workload}.json",
         cost=RESULTS + "/sim/message_cost.json",
     output:
-        RESULTS + "/sim/validation/{workload}/n{world_size}_{bandwidth}.csv",
+        RESULTS + "/sim/fidelity/{workload}/n{world_size}_{bandwidth}.csv",
     log:
-        LOGS + "/simulate_validation/{workload}/n{world_size}_{bandwidth}.log",
+        LOGS + "/simulate_fidelity/{workload}/n{world_size}_{bandwidth}.log",
     benchmark:
-        BENCHMARKS + "/simulate_validation/{workload}/n{world_size}_{bandwidth}.tsv"
+        BENCHMARKS + "/simulate_fidelity/{workload}/n{world_size}_{bandwidth}.tsv"
     shell:
-        "{PY} -m simulator validate --measured {input.measured} --timeline {input.timeline} --cost {input.cost}"
+        "{PY} -m simulator fidelity --measured {input.measured} --timeline {input.timeline} --cost {input.cost}"
         " --csv {output} > {log} 2>&1"
 
 
-rule aggregate_validation:
+rule aggregate_fidelity:
     input:
-        [RESULTS + f"/sim/validation/{w}/n{n}_{b}.csv" for w, n, b in validation_cells()],
+        [RESULTS + f"/sim/fidelity/{w}/n{n}_{b}.csv" for w, n, b in fidelity_cells()],
     output:
-        AGG + "/sim_validation.csv",
+        AGG + "/sim_fidelity.csv",
     log:
-        LOGS + "/aggregate_validation.log",
+        LOGS + "/aggregate_fidelity.log",
     benchmark:
-        BENCHMARKS + "/aggregate_validation.tsv"
+        BENCHMARKS + "/aggregate_fidelity.tsv"
     shell:
         "{PY} {SCRIPTS}/aggregate.py concat --out {output} {input} > {log} 2>&1"
 

@@ -135,3 +135,69 @@ rule aggregate_torchrec:
         BENCHMARKS + "/aggregate_torchrec.tsv"
     shell:
         "{PY} {SCRIPTS}/aggregate.py train --out {output.runs} --steps-out {output.steps} {input} > {log} 2>&1"
+
+
+def compressor_outputs():
+    """One JSON per (compressor, workload, world size) of config['train_compressors'] (none without that section)."""
+    c = config.get("train_compressors")
+    if not c:
+        return []
+    return [RESULTS + f"/train_compressors/{name}/{w}/n{n}.json" for name in c["compressors"]
+            for w, sizes in c["grid"].items() for n in sizes]
+
+
+def compressors_aggregate():
+    """The aggregated runs of every compressor, if the config trains them."""
+    return [AGG + "/training_compressors.csv"] if compressor_outputs() else []
+
+
+def compressor_flags(wildcards):
+    """One launch's compressor flags: the section's density and the compressor's own options."""
+    c = config["train_compressors"]
+    return compress_flags({"compress": wildcards.compressor, "density": c["density"],
+                           "options": c.get("options", {}).get(wildcards.compressor, {})})
+
+
+rule train_compressor:
+    """Every compressor of `train_compressors` (`all`: every registered one, so a compressor added in one file trains
+    here) on the sparse schemes' dense parts, one launch per compressor and cell, next to uncompressed allreduce.
+    Timed: alone."""
+    input:
+        BUILD_STAMP,
+    output:
+        RESULTS + "/train_compressors/{compressor}/{workload}/n{world_size}.json",
+    log:
+        LOGS + "/train_compressor/{compressor}/{workload}/n{world_size}.log",
+    benchmark:
+        BENCHMARKS + "/train_compressor/{compressor}/{workload}/n{world_size}.tsv"
+    threads: workflow.cores  # timed: alone on the machine
+    resources:
+        nodes=nodes_for,
+    params:
+        launch=train_launch,
+        schemes=lambda wildcards: csv_list(config["train_compressors"]["schemes"]),
+        preset=lambda wildcards: config["train_compressors"]["preset"],
+        steps=lambda wildcards: config["train_compressors"]["steps"],
+        warmup=lambda wildcards: config["train_compressors"]["warmup"],
+        compress=compressor_flags,
+        seed=config["seed"],
+        backend=config["backend"],
+        wandb=wandb_flags(),
+    shell:
+        "{params.launch} --workload {wildcards.workload} --preset {params.preset} --scheme {params.schemes}"
+        " --steps {params.steps} --warmup {params.warmup} {params.compress} --seed {params.seed}"
+        " --backend {params.backend} {params.wandb} --out {output} > {log} 2>&1"
+
+
+rule aggregate_compressors:
+    input:
+        compressor_outputs(),
+    output:
+        runs=AGG + "/training_compressors.csv",
+        steps=AGG + "/training_compressors_steps.csv",
+    log:
+        LOGS + "/aggregate_compressors.log",
+    benchmark:
+        BENCHMARKS + "/aggregate_compressors.tsv"
+    shell:
+        "{PY} {SCRIPTS}/aggregate.py train --out {output.runs} --steps-out {output.steps} {input} > {log} 2>&1"

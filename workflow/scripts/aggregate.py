@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from common import read_jsonl, write_csv
+from common import read_jsonl, write_frame
 
 DROP = ("times_ms", "config", "phases_received_max")
 
@@ -142,13 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         frame = kernels_frame(args.inputs)
     elif args.kind == "train":
         frame, steps = train_frames(args.inputs)
-        write_csv(steps, args.steps_out)
+        write_frame(steps, args.steps_out)
     else:
         frames = profile_frames(args.inputs, args.union_dirs)
         for key, path in (("union", args.union_out), ("overlap", args.overlap_out), ("shares", args.shares_out)):
-            write_csv(frames[key], path)
+            write_frame(frames[key], path)
         frame = frames["summary"]
-    write_csv(frame, args.out)
+    write_frame(frame, args.out)
     print(f"{args.kind}: {len(frame)} rows from {len(args.inputs)} inputs -> {args.out}")
     return 0
 

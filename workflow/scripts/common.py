@@ -1,4 +1,5 @@
-"""Helpers shared by the pipeline's scripts: atomic writes, one colour per scheme, figure saving.
+"""Helpers shared by the pipeline's scripts: one colour per scheme, figure and frame saving (atomic, through
+harness.provenance).
 
 Scripts run as `python workflow/scripts/<name>.py` (this folder is then on sys.path), never through
 Snakemake's `script:`, so they import the installed `zen` package like any other program.
@@ -7,7 +8,6 @@ Snakemake's `script:`, so they import the installed `zen` package like any other
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from harness.provenance import atomic_file, write_atomic  # noqa: E402
 from zen.registry import SCHEMES  # noqa: E402
 
 # Series that are not schemes (a scheme's colour, label and marker are attributes of its class, zen.registry).
@@ -39,7 +40,8 @@ def _scheme(name: str) -> Any:
 
 
 def color(scheme: str) -> str | tuple[float, ...]:
-    """The scheme's colour; unknown names get a stable colour from their name."""
+    """The scheme's colour, its class's `color`: one per scheme in every figure, Zen's schemes in reds, oranges
+    and pinks, AllReduce grey, the baselines in cool hues. Unknown names get a stable colour from their name."""
     if (cls := _scheme(scheme)) is not None:
         return cls.color
     if scheme in SERIES:
@@ -73,34 +75,16 @@ def scheme_order(schemes: Iterable[str]) -> list[str]:
     return ranked + sorted(present - set(registered))
 
 
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
-
-
-def write_text(path: str | Path, text: str) -> None:
-    """Write then rename: an interrupted job never leaves a half-written output."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def write_csv(frame: pd.DataFrame, path: str | Path) -> None:
-    write_text(path, frame.to_csv(index=False))
-
-
-def write_json(obj: Any, path: str | Path) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+def write_frame(frame: pd.DataFrame, path: str | Path) -> None:
+    """A frame as CSV, written atomically (harness.provenance)."""
+    write_atomic(path, frame.to_csv(index=False))
 
 
 def save_figure(fig: plt.Figure, path: str | Path) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    fig.savefig(tmp, dpi=130, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=130, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
-    tmp.replace(path)
 
 
 def read_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:

@@ -14,48 +14,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from common import color, label, marker, pull_note, save_figure, scheme_order, write_csv
+from common import color, label, marker, pull_note, save_figure, scheme_order, write_frame
 from matplotlib.ticker import FuncFormatter
-
-
-def _panels(n: int, width: float = 4.2, height: float = 3.4) -> tuple[plt.Figure, list[plt.Axes]]:
-    cols = min(n, 4)
-    rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained")
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:n])
-
-
-def _legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
-    handles, labels = {}, {}
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(lab, h)
-            labels.setdefault(lab, lab)
-    ncol = min(len(handles), 8 if len(axes) > 2 else 5)
-    fig.legend(list(handles.values()), list(labels), loc="outside upper center", ncol=ncol,
-               frameon=False)
-
-
-def _scheme_lines(ax: plt.Axes, cell: pd.DataFrame, y: str,
-                  style: Callable[[str], dict] | None = None, band: bool = False) -> None:
-    """One line of `y` against world_size per scheme, in the shared scheme order, colours and markers;
-    `style(scheme)` overrides the line's keyword arguments; `band` shades `{y}_lo`..`{y}_hi` (the spread)."""
-    for scheme in scheme_order(cell["scheme"]):
-        s = cell[cell["scheme"] == scheme].sort_values("world_size")
-        kwargs = {"color": color(scheme), "label": label(scheme), **(style(scheme) if style else {})}
-        ax.plot(s["world_size"], s[y], marker=marker(scheme), **kwargs)
-        if band:
-            ax.fill_between(s["world_size"], s[f"{y}_lo"], s[f"{y}_hi"], color=kwargs["color"], alpha=0.15, lw=0)
-
-
-def _log2_ranks(ax: plt.Axes, ranks: pd.Series) -> None:
-    """Log2 x axis labelled with the plain rank counts."""
-    ticks = sorted(set(int(n) for n in ranks))
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.minorticks_off()
+from plots import legend, log2_ranks, panels, scheme_lines
+from sim_figures import SIM_FIGURES
 
 
 def microbench_sim(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
@@ -68,17 +30,16 @@ def microbench_sim(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame
     data = df[["pattern", "density", "world_size", "numel", "scheme", "bytes_received_max", "time_ms_median",
                "time_vs_allreduce", "union_density"]].sort_values(["pattern", "density", "scheme", "world_size"])
     cells = list(data.groupby(["pattern", "density"], sort=True))
-    fig, axes = _panels(len(cells))
+    fig, axes = panels(len(cells))
     for ax, ((pattern, density), cell) in zip(axes, cells, strict=True):
-        _scheme_lines(ax, cell, "time_vs_allreduce")
+        scheme_lines(ax, cell, "time_vs_allreduce")
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
-        _log2_ranks(ax, cell["world_size"])
+        log2_ranks(ax, cell["world_size"])
         ax.set_yscale("log")
-        ax.set_xlabel("#ranks (simulated GPUs)")
-        ax.set_ylabel("comm time / AllReduce's")
-        ax.set_title(f"{pattern}, density {density:g}")
+        ax.set(xlabel="#ranks (simulated GPUs)", ylabel="comm time / AllReduce's",
+               title=f"{pattern}, density {density:g}")
         ax.grid(alpha=0.3)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig, data
 
 
@@ -89,7 +50,7 @@ def microbench_real(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFram
     data = df[["backend", "bandwidth", "pattern", "density", "world_size", "numel", "scheme", "time_ms_median",
                "time_ms_p99", "speedup_vs_allreduce", "bytes_received_max", "correct"]]
     cells = list(data.groupby(["pattern", "density", "world_size"], sort=True))
-    fig, axes = _panels(len(cells))
+    fig, axes = panels(len(cells))
     for ax, ((pattern, density, n), cell) in zip(axes, cells, strict=True):
         order = scheme_order(cell["scheme"])
         cell = cell.set_index("scheme").loc[order]
@@ -104,7 +65,7 @@ def microbench_real(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFram
         ax.set_title(f"{cell['backend'].iloc[0]} x{n}, {pattern}, d={density:g}, {link}\n(bar: median, whisker: p99)",
                      fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig, data.reset_index(drop=True)
 
 
@@ -143,17 +104,14 @@ def fig2_overlap(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     bins = [i / 40 for i in range(41)]
     for w, cell in overlap.groupby("workload"):
         a.hist(cell["overlap"], bins=bins, density=True, histtype="step", lw=1.6, color=colors[w], label=w)
-    a.set_xlabel("overlap ratio of two workers' non-zero rows")
-    a.set_ylabel("probability density")
-    a.set_title("(a) overlap distribution")
+    a.set(xlabel="overlap ratio of two workers' non-zero rows", ylabel="probability density",
+          title="(a) overlap distribution")
     for w, cell in union.groupby("workload"):
         b.plot(cell["n"], cell["gamma_n"], marker="o", color=colors[w], label=w)
     ns = sorted(union["n"].unique())
     b.plot(ns, ns, ls=":", color="black", lw=0.8, label="no overlap (gamma^n = n)")
-    _log2_ranks(b, union["n"])
-    b.set_xlabel("#workers (GPUs) summed")
-    b.set_ylabel("gamma^n = union nnz / mean nnz")
-    b.set_title("(b) densification vs #GPUs")
+    log2_ranks(b, union["n"])
+    b.set(xlabel="#workers (GPUs) summed", ylabel="gamma^n = union nnz / mean nnz", title="(b) densification vs #GPUs")
     for ax in (a, b):
         ax.grid(alpha=0.3)
         ax.legend(frameon=False, fontsize="small")
@@ -174,9 +132,8 @@ def fig3_skew(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
         a.bar(cell["partition"] + (k - (len(workloads) - 1) / 2) * width, 100 * cell["share"], width=width,
               color=colors[w], label=w)
     a.axhline(100 / shares["partition"].nunique(), color="black", ls=":", lw=0.8, label="balanced")
-    a.set_xlabel("partition of the embedding rows (contiguous, 1/8 each)")
-    a.set_ylabel("share of non-zero rows (%)")
-    a.set_title("(a) non-zeros per partition")
+    a.set(xlabel="partition of the embedding rows (contiguous, 1/8 each)", ylabel="share of non-zero rows (%)",
+          title="(a) non-zeros per partition")
     data = summary[["workload", "skew8", "skew128", "union_skew8", "union_skew128"]].sort_values("workload")
     x = range(len(data))
     b.bar([i - 0.2 for i in x], data["skew8"], width=0.4, color=[colors[w] for w in data["workload"]],
@@ -205,18 +162,18 @@ def fig8_scale(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     trace = data["source"].astype(str).str.endswith(".pt")  # a trace's mean density varies with n: one panel
     data["panel"] = data["source"].astype(str).where(trace, data["source"].astype(str) + " " + data["density"].map(str))
     cells = list(data.groupby("panel", sort=True))
-    fig, axes = _panels(len(cells), width=5.2, height=3.8)
+    fig, axes = panels(len(cells), width=5.2, height=3.8)
     for ax, (_, cell) in zip(axes, cells, strict=True):
         source, density = cell["source"].iloc[0], cell.loc[cell["world_size"].idxmax(), "density"]
-        _scheme_lines(ax, cell, "normalized", _ideal_bp_style)
+        scheme_lines(ax, cell, "normalized", _ideal_bp_style)
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
-        _log2_ranks(ax, cell["world_size"])
+        log2_ranks(ax, cell["world_size"])
         ax.set_xlabel("#GPUs")
         ax.set_ylabel("comm time / AllReduce's")
         what = f"{Path(source).stem} trace (zen profile)" if str(source).endswith(".pt") else f"{source} pattern"
         ax.set_title(f"{what}, per-GPU density {density:.2%}", fontsize="medium")
         ax.grid(alpha=0.3)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig, data
 
 
@@ -236,17 +193,17 @@ def _throughput(df: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
                "samples_per_s_lo", "samples_per_s_hi", "iter_ms", "comm_ms", "compress", "density"]
     data = df[[c for c in columns if c in df]]
     cells = list(data.groupby("workload", sort=True))
-    fig, axes = _panels(len(cells))
+    fig, axes = panels(len(cells))
     for ax, (workload, cell) in zip(axes, cells, strict=True):
-        _scheme_lines(ax, cell, "samples_per_s", band=True)
-        _log2_ranks(ax, cell["world_size"])
+        scheme_lines(ax, cell, "samples_per_s", band=True)
+        log2_ranks(ax, cell["world_size"])
         ax.set_xlabel("#workers (ranks)")
         ax.set_ylabel("throughput (samples/s)")
         squeeze = _compressor(cell)
         ax.set_title(f"{workload} ({cell['preset'].iloc[0]}), {cell['backend'].iloc[0]}, "
                      f"{cell['bandwidth'].iloc[0]}{squeeze}")
         ax.grid(alpha=0.3)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig, data
 
 
@@ -363,7 +320,7 @@ def fig16_hashing(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]
     """Fig 16: hashing time vs the memory factor r1 (a) and vs the number of probes k (b)."""
     data = frames[0]
     sweeps = [s for s in ("r1", "k") if s in set(data["sweep"])]
-    fig, axes = _panels(len(sweeps), width=4.6)
+    fig, axes = panels(len(sweeps), width=4.6)
     for ax, sweep in zip(axes, sweeps, strict=True):
         cell = data[data["sweep"] == sweep].sort_values("r1_factor" if sweep == "r1" else "k")
         x = cell["r1_factor"] if sweep == "r1" else cell["k"]
@@ -402,9 +359,8 @@ def fig17_pull(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
                ls=styles.get(pull, "-"), label=name)
     a.set_xscale("log")
     a.set_yscale("log")
-    a.set_xlabel("post-aggregation density (union of all workers)")
-    a.set_ylabel("pull bytes per worker / dense bytes")
-    a.set_title(f"(a) pull size by encoding, {int(data['world_size'].iloc[0])} workers")
+    a.set(xlabel="post-aggregation density (union of all workers)", ylabel="pull bytes per worker / dense bytes",
+          title=f"(a) pull size by encoding, {int(data['world_size'].iloc[0])} workers")
     a.grid(alpha=0.3)
     a.legend(frameon=False, fontsize="small")
     steps = [("sparse_ps", None, "no hashing + COO"), ("zen-bp", "coo", "hashing + COO"),
@@ -418,9 +374,7 @@ def fig17_pull(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
         b.bar(xs, ys, width=width, color=color(scheme), hatch="" if pull != "coo" else "//", edgecolor="white",
               label=name)
     b.set_xticks(range(len(densities)), [f"{d:.2%}" for d in densities])
-    b.set_xlabel("per-worker density")
-    b.set_ylabel("speedup over AllReduce (x, simulated)")
-    b.set_title("(b) speedup breakdown")
+    b.set(xlabel="per-worker density", ylabel="speedup over AllReduce (x, simulated)", title="(b) speedup breakdown")
     b.grid(axis="y", alpha=0.3)
     b.legend(frameon=False, fontsize="small")
     return fig, data
@@ -443,203 +397,23 @@ def _loss_curves(df: pd.DataFrame, schemes: list[str] | None) -> tuple[plt.Figur
     if data.empty:
         data = df
     cells = list(data.groupby("workload", sort=True))
-    fig, axes = _panels(len(cells))
+    fig, axes = panels(len(cells))
     for ax, (workload, cell) in zip(axes, cells, strict=True):
         for scheme in scheme_order(cell["scheme"]):
             s = cell[cell["scheme"] == scheme]
             ax.plot(s["step"], s["loss"], color=color(scheme), label=label(scheme),
                     ls="--" if scheme == "allreduce" else "-", lw=2.2 if scheme == "allreduce" else 1.2)
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("training loss")
-        ax.set_title(f"{workload}, {int(cell['world_size'].iloc[0])} workers{_compressor(cell)}")
+        ax.set(xlabel="iteration", ylabel="training loss",
+               title=f"{workload}, {int(cell['world_size'].iloc[0])} workers{_compressor(cell)}")
         ax.grid(alpha=0.3)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig, data
 
 
-def sim_validation(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Measured vs simulated step time of every validation cell, and the error distribution."""
-    df = frames[0]
-    data = df[["workload", "scheme", "world_size", "bandwidth", "measured_ms", "measured_ms_lo", "measured_ms_hi",
-               "simulated_ms"]].copy()
-    data["error"] = data["simulated_ms"] / data["measured_ms"] - 1
-    fig, (ax, hist) = _panels(2)
-    for scheme, cell in data.groupby("scheme", sort=True):
-        ax.errorbar(cell["measured_ms"], cell["simulated_ms"], xerr=[cell["measured_ms"] - cell["measured_ms_lo"],
-                    cell["measured_ms_hi"] - cell["measured_ms"]], fmt="o", ms=4, label=label(scheme),
-                    color=color(scheme))
-    top = float(max(data["measured_ms_hi"].max(), data["simulated_ms"].max())) * 1.1
-    for k, style in ((1.0, "-"), (1.15, "--"), (0.85, "--")):
-        ax.plot([0, top], [0, k * top], style, color="grey", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured ms/step (zen train)")
-    ax.set_ylabel("simulated ms/step (SimGrid)")
-    ax.set_title("(a) every scheme x workload x ranks x link rate")
-    hist.hist(100 * data["error"], bins=20, color="grey")
-    hist.set_xlabel("(simulated - measured) / measured, %")
-    hist.set_ylabel("cells")
-    hist.set_title(f"(b) median |error| {data['error'].abs().median():.0%}, max {data['error'].abs().max():.0%}")
-    _legend(fig, [ax])
-    return fig, data
-
-
-def _cell_lines(axes: list[plt.Axes], cells: list[tuple[tuple, pd.DataFrame]], x: str, y: str, xlabel: str,
-                ylabel: str, title: Callable[..., str]) -> None:
-    """One panel per cell (a group's key and rows): a line per scheme of y against x."""
-    for ax, (key, cell) in zip(axes, cells, strict=False):
-        for scheme, line in cell.groupby("scheme", sort=True):
-            ax.plot(line[x], line[y], "o-", label=label(scheme), color=color(scheme))
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title(*key))
-        ax.grid(alpha=0.3)
-
-
-def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
-    """At the most machines simulated, per NIC rate: Zen's throughput over each baseline by workload (bars at the
-    roofline's compute, whiskers over the compute scales simulated) with the paper's Figs 11/12 values marked;
-    and Zen's communication speedup over AllReduce at 25 Gbps beside the paper's Fig 15."""
-    from claims import PAPER_FIG11, PAPER_FIG15
-    from sim_claims import PAPER_FIG12
-
-    df = frames[0]
-    df = df.assign(compute_scale=df.get("compute_scale", 1.0))
-    data = df[df["nodes"] == df["nodes"].max()][
-        ["workload", "scheme", "nodes", "gpus_per_node", "world_size", "bandwidth_gbps", "compute_scale",
-         "samples_per_s", "step_ms", "exposed_comm_ms", "zen_speedup", "zen_comm_speedup", "model_comm_ms"]]
-    rates = sorted(data["bandwidth_gbps"].unique())
-    fig, axes = _panels(len(rates) + 1, width=5.0)
-    for ax, rate in zip(axes, rates, strict=False):
-        paper = PAPER_FIG11 if rate == 25.0 else PAPER_FIG12 if rate == 100.0 else {}
-        cell = data[(data["bandwidth_gbps"] == rate) & (data["scheme"] != "zen")]
-        workloads = sorted(cell["workload"].unique())
-        bases = scheme_order(cell["scheme"].unique())
-        width = 0.8 / max(len(bases), 1)
-        for k, base in enumerate(bases):
-            x = np.arange(len(workloads)) + (k - (len(bases) - 1) / 2) * width
-            one = cell[cell["scheme"] == base].groupby("workload")["zen_speedup"]
-            mid = [_at_scale(cell, w, base, 1.0) for w in workloads]
-            lo, hi = one.min().reindex(workloads).to_numpy(), one.max().reindex(workloads).to_numpy()
-            ax.bar(x, mid, width, yerr=[np.array(mid) - lo, hi - np.array(mid)], capsize=2, label=label(base),
-                   color=color(base))
-            marks = [(xi, paper[w][base]) for xi, w in zip(x, workloads, strict=True) if base in paper.get(w, {})]
-            if marks:
-                ax.plot(*zip(*marks, strict=True), "k*", ms=10, label="paper" if k == 0 else None)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xticks(range(len(workloads)), workloads)
-        ax.set_ylabel("Zen's throughput over it\n(whiskers: compute x0.5-2)")
-        ax.set_title(f"Figs 11/12: {rate:g} Gbps, {int(data['nodes'].max())} x 8 GPUs")
-    bars = axes[-1]
-    top = data[(data["scheme"] == "allreduce") & (data["bandwidth_gbps"] == 25.0) & (data["compute_scale"] == 1.0)]
-    bars.bar(top["workload"], top["zen_comm_speedup"], color="grey", label="simulated")
-    marks = [(w, PAPER_FIG15[w]) for w in top["workload"] if w in PAPER_FIG15]
-    if marks:
-        bars.plot(*zip(*marks, strict=True), "k*", ms=10, label="paper")
-    bars.set_ylabel("Zen's comm speedup over AllReduce")
-    bars.set_title("Fig 15 at 25 Gbps")
-    bars.legend(fontsize=7)
-    _legend(fig, axes[:-1])
-    return fig, data
-
-
-def _at_scale(cell: pd.DataFrame, workload: str, scheme: str, scale: float) -> float:
-    hit = cell[(cell["workload"] == workload) & (cell["scheme"] == scheme) & (cell["compute_scale"] == scale)]
-    return float(hit["zen_speedup"].iloc[0]) if len(hit) else float("nan")
-
-
-def sim_beyond(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Beyond the paper: simulated throughput vs machines per NIC rate, every scheme with BP and HC apart, and
-    where BP overtakes HC (HC's step over BP's crosses 1)."""
-    df = frames[0]
-    data = df[["workload", "scheme", "nodes", "gpus_per_node", "world_size", "bandwidth_gbps", "samples_per_s",
-               "step_ms", "exposed_comm_ms", "zen_speedup"]]
-    cells = list(data.groupby(["workload", "bandwidth_gbps"], sort=True))
-    fig, axes = _panels(len(cells) + 1)
-    _cell_lines(axes, cells, "world_size", "samples_per_s", "GPUs (8 per machine)", "samples/s (simulated)",
-                lambda workload, rate: f"{workload}, {rate:g} Gbps")
-    for ax in axes[:len(cells)]:
-        ax.set_xscale("log", base=2)
-    ratio = axes[-1]
-    steps = data.pivot_table(index=["workload", "bandwidth_gbps", "world_size"], columns="scheme", values="step_ms")
-    if {"zen-bp", "zen-hc"} <= set(steps.columns):
-        for (workload, rate), cell in (steps["zen-hc"] / steps["zen-bp"]).groupby(level=[0, 1]):
-            ratio.plot(cell.index.get_level_values(2), cell.values, "o-", label=f"{workload}, {rate:g} Gbps")
-        ratio.axhline(1.0, color="grey", lw=0.8)
-        ratio.set_xscale("log", base=2)
-        ratio.legend(fontsize=7)
-    ratio.set_xlabel("GPUs (8 per machine)")
-    ratio.set_ylabel("HC step / BP step (> 1: BP faster)")
-    ratio.set_title("BP against HC")
-    ratio.grid(alpha=0.3)
-    _legend(fig, axes[:-1])
-    return fig, data
-
-
-def sim_fig8(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Fig 8 simulated (latency, links shared) beside the byte model at the same size, per workload."""
-    data = frames[0][["workload", "paper_name", "scheme", "world_size", "bandwidth_gbps", "latency_us", "unit",
-                      "density", "sync_ms", "normalized", "bytes_normalized", "messages"]]
-    cells = list(data.groupby("workload", sort=True))
-    fig, axes = _panels(2 * len(cells), width=5.2, height=3.8)
-    for k, (workload, cell) in enumerate(cells):
-        r = cell.iloc[0]
-        for ax, y, what in ((axes[2 * k], "normalized", "simulated: latency, shared links"),
-                            (axes[2 * k + 1], "bytes_normalized", "bytes only (the byte model)")):
-            _scheme_lines(ax, cell, y)
-            ax.axhline(1.0, color="black", lw=0.8, ls=":")
-            _log2_ranks(ax, cell["world_size"])
-            ax.set_xlabel("#GPUs (one per machine)")
-            ax.set_ylabel("comm time / AllReduce's")
-            ax.set_title(f"{r['paper_name']} ({workload}), {r['bandwidth_gbps']:g} Gbps: {what}", fontsize="medium")
-            ax.grid(alpha=0.3)
-    _legend(fig, axes)
-    return fig, data
-
-
-def sim_llm(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Figs 13/14 simulated: tokens/s vs machines per LLM and NIC rate, and Zen's speedups at the largest size."""
-    data = frames[0][["model", "paper_name", "scheme", "nodes", "gpus_per_node", "world_size", "bandwidth_gbps",
-                      "tokens_per_s", "step_ms", "compute_ms", "exposed_comm_ms", "zen_speedup", "zen_comm_speedup",
-                      "density", "union_density", "block_density"]]
-    cells = list(data.groupby(["paper_name", "bandwidth_gbps"], sort=True))
-    fig, axes = _panels(len(cells) + 1)
-    _cell_lines(axes, cells, "nodes", "tokens_per_s", "machines (x 8 GPUs, tensor parallel)", "tokens/s (simulated)",
-                lambda name, rate: f"{name} + DGC 5%, {rate:g} Gbps")
-    bars = axes[-1]
-    top = data[(data["nodes"] == data["nodes"].max()) & data["scheme"].isin(["allreduce", "omnireduce"])]
-    names = [f"{n}\nover {label(s)}, {r:g}G" for n, s, r in zip(top["paper_name"], top["scheme"],
-                                                                 top["bandwidth_gbps"], strict=True)]
-    bars.bar(names, top["zen_speedup"], color=[color(s) for s in top["scheme"]])
-    bars.axhline(1.0, color="black", lw=0.8, ls=":")
-    bars.tick_params(axis="x", labelsize=6, rotation=90)
-    bars.set_ylabel("Zen's throughput over it")
-    bars.set_title(f"at {int(data['nodes'].max())} machines")
-    _legend(fig, axes[:-1])
-    return fig, data
-
-
-FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {
-    "microbench_sim": microbench_sim,
-    "microbench_real": microbench_real,
-    "table1_density": table1_density,
-    "fig2_overlap": fig2_overlap,
-    "fig3_skew": fig3_skew,
-    "fig8_scale": fig8_scale,
-    "fig11_throughput": fig11_throughput,
-    "fig15_comm_speedup": fig15_comm_speedup,
-    "fig15_model": fig15_model,
-    "fig16_hashing": fig16_hashing,
-    "fig17_pull": fig17_pull,
-    "fig18_loss": fig18_loss,
-    "fig13_compressed": fig13_compressed,
-    "fig13_compressed_loss": fig13_compressed_loss,
-    "sim_validation": sim_validation,
-    "sim_paper": sim_paper,
-    "sim_beyond": sim_beyond,
-    "sim_fig8": sim_fig8,
-    "sim_llm": sim_llm,
-}
+FIGURES: dict[str, Callable[[list[pd.DataFrame]], tuple[plt.Figure, pd.DataFrame]]] = {f.__name__: f for f in (
+    microbench_sim, microbench_real, table1_density, fig2_overlap, fig3_skew, fig8_scale, fig11_throughput,
+    fig15_comm_speedup, fig15_model, fig16_hashing, fig17_pull, fig18_loss, fig13_compressed, fig13_compressed_loss,
+)} | SIM_FIGURES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -650,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     frames = [pd.read_csv(p) for p in args.csv]
     fig, data = FIGURES[args.figure](frames)
-    write_csv(data, Path(args.out).with_suffix(".csv"))
+    write_frame(data, Path(args.out).with_suffix(".csv"))
     save_figure(fig, args.out)
     print(f"{args.figure}: {len(data)} points -> {args.out}")
     return 0

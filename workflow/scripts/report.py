@@ -19,12 +19,14 @@ from typing import Any
 
 import pandas as pd
 from claims import PAPER_DENSITY
-from common import label, write_text
+from common import label
 from sim_claims import Simulated, claims_section
 from simulated import load as load_simulated
 
+from harness.provenance import write_atomic
+
 AGGREGATES = {"bench": "microbench.csv", "pull": "pull.csv", "sparsity": "sparsity.csv", "scale": "scale.csv",
-              "cluster": "cluster.csv", "sim_validation": "sim_validation.csv", "sim_paper": "sim_paper.csv",
+              "cluster": "cluster.csv", "sim_fidelity": "sim_fidelity.csv", "sim_paper": "sim_paper.csv",
               "sim_beyond": "sim_beyond.csv", "sim_fig8": "sim_fig8.csv", "sim_llm": "sim_llm.csv",
               "kernels": "kernels.csv", "training": "training.csv", "steps": "training_steps.csv",
               "compressed": "training_compressed.csv", "compressed_steps": "training_compressed_steps.csv",
@@ -70,7 +72,7 @@ FIGURE_TEXT = {
                     "hashing rate. (a) the model; (b) the emulated cluster at each workload's largest trained "
                     "size: measured exposed communication (solid) next to the same model (hatched); the CSV "
                     "has the model's error. A model, not a measurement."),
-    "sim_validation": ("The step simulator against the emulated cluster",
+    "sim_fidelity": ("The step simulator against the emulated cluster",
                        "Each scheme's median step time measured by zen train on the emulated cluster (x; bars: "
                        "25th-75th percentile) against the SimGrid simulation of the same cell (y): the machine's "
                        "compute timeline and recorded schedules, two cores shared by every rank, the shaped "
@@ -147,7 +149,7 @@ PAPER_NUMBERS = {
                           "1.58x; AGsparse, Sparse PS and SparCML sometimes below 1x",
     "fig15_model": "Fig 15 (16 machines x 8 V100, 25 Gbps), Zen's communication-time speedup over AllReduce is "
                    "6.77x on LSTM and 2.10x on DeepFM",
-    "sim_validation": "no figure in the paper: the simulator's error decides how far its numbers can be trusted",
+    "sim_fidelity": "no figure in the paper: the simulator's error decides how far its numbers can be trusted",
     "sim_beyond": "no figure in the paper: the paper stops at 16 machines x 8 GPUs and 100 Gbps",
     "sim_fig8": "Fig 8 (NMT, 2..128 GPUs), AGsparse is worse than AllReduce above ~40 GPUs; at 128 GPUs only BP "
                 "beats AllReduce (0.64x its time)",
@@ -474,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     text = render(json.loads(args.config_json), frames, args.figures, wandb, out, machine(), build_status(args.build),
                   cpu_time(args.benchmarks), sim)
-    write_text(out, text)
+    write_atomic(out, text)
     print(f"report -> {out}")
     return 0
 

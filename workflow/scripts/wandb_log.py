@@ -11,7 +11,9 @@ import argparse
 import os
 from pathlib import Path
 
-from common import read_jsonl, write_json
+from common import read_jsonl
+
+from harness.provenance import write_json
 
 
 def cell_name(rows: list[dict]) -> str:
@@ -52,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WANDB_SILENT", "true")
     runs = [log_file(p, args) for p in args.inputs]
-    write_json({"group": args.group, "project": args.project, "mode": args.mode, "dir": args.dir, "runs": runs},
-               args.out)
+    write_json(args.out, {"group": args.group, "project": args.project, "mode": args.mode, "dir": args.dir,
+                          "runs": runs}, indent=2)
     print(f"{len(runs)} wandb runs ({args.mode}) in group {args.group}")
     return 0
 

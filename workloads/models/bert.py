@@ -16,7 +16,7 @@ import torch
 from workloads.base import Workload, register_workload
 from workloads.common import config_dict, generator, window_batches
 from workloads.hf import build_untied, hf_lm_loss, transformers_offline
-from workloads.text import load_tokenizer, subword_stream
+from workloads.text import tokenized_corpus
 
 TOKENIZER = "bert-uncased"
 MASK_PROB = 0.15
@@ -70,10 +70,8 @@ def mask_tokens(ids: torch.Tensor, special: torch.Tensor, mask_id: int, vocab: i
 def build(preset: str, seed: int) -> Workload:
     cfg = PRESETS[preset]
     transformers = transformers_offline()
-    tok = load_tokenizer(TOKENIZER)
-    vocab = tok.get_vocab_size()
+    tok, vocab, stream = tokenized_corpus(TOKENIZER, cfg.article_limit)
     cls_id, sep_id, mask_id = (tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[MASK]"))
-    stream = subword_stream(TOKENIZER, cfg.article_limit)
     config = transformers.BertConfig(
         vocab_size=vocab, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
         num_attention_heads=cfg.heads, intermediate_size=cfg.intermediate,

@@ -14,7 +14,7 @@ import torch
 from workloads.base import Workload, register_workload
 from workloads.common import config_dict, window_batches
 from workloads.hf import build_untied, hf_lm_loss, transformers_offline
-from workloads.text import load_tokenizer, subword_stream
+from workloads.text import tokenized_corpus
 
 TOKENIZER = "gpt2"
 
@@ -49,9 +49,7 @@ PRESETS = {
 def build(preset: str, seed: int) -> Workload:
     cfg = PRESETS[preset]
     transformers = transformers_offline()
-    tok = load_tokenizer(TOKENIZER)
-    vocab = tok.get_vocab_size()
-    stream = subword_stream(TOKENIZER, cfg.article_limit)
+    _, vocab, stream = tokenized_corpus(TOKENIZER, cfg.article_limit)
     config = transformers.GPT2Config(
         vocab_size=vocab, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head,
         n_positions=cfg.n_ctx, tie_word_embeddings=False)

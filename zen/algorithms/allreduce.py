@@ -19,7 +19,7 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 class DenseAllReduce:
     sparse_input = False
     label = "AllReduce"
-    color = "#4d4d4d"  # one colour per scheme in every figure (Zen in reds)
+    color = "#4d4d4d"
     marker = "s"
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:

@@ -49,7 +49,7 @@ class BalancedParallelism:
 
     sparse_input = True
     label = "Zen BP"
-    color = "#ff7f0e"  # one colour per scheme in every figure (Zen in reds)
+    color = "#ff7f0e"
     marker = "o"
 
     def __init__(self, pull: str = "hash_bitmap", k: int = 3, r1_factor: float = 2.0, r2_ratio: float = 0.1,
@@ -203,7 +203,7 @@ class RangeParallelism(BalancedParallelism):
     partitions and without their statistical spread (zen.algorithms.partitions)."""
 
     label = "Zen BP (ranges)"
-    color = "#ff9896"  # one colour per scheme in every figure (Zen in reds)
+    color = "#ff9896"
     marker = "s"
 
     def __init__(self, pull: str = "hash_bitmap", **options: object) -> None:

@@ -30,7 +30,7 @@ class GatherRows:
 
     sparse_input = True
     label = "Zen AG"
-    color = "#f7b6d2"  # one colour per scheme in every figure (Zen in reds)
+    color = "#f7b6d2"
     marker = "D"
 
     def __init__(self, ids: str = "coo") -> None:

@@ -34,7 +34,7 @@ class HierarchicalCentralization:
 
     sparse_input = True
     label = "Zen HC"
-    color = "#e377c2"  # one colour per scheme in every figure (Zen in reds)
+    color = "#e377c2"
     marker = "X"
     IDS = ("coo", "gaps")
 

@@ -62,7 +62,7 @@ class ZenAuto:
 
     sparse_input = True
     label = "Zen"
-    color = "#d62728"  # one colour per scheme in every figure (Zen in reds)
+    color = "#d62728"
     marker = "o"
 
     def __init__(self, measure_iters: int = 2, alpha: float = 0.0, bandwidth_gbps: float = 25.0,

@@ -155,10 +155,10 @@ def _scaled(item: Item, factor: float) -> Item:
 def launch_factor(rec: Recorded, none_s: float, cores: int = 2) -> float:
     """A launch's CPU factor: its measured no-communication step over the simulated one (module docstring)."""
     plat = platform.emulated(rec.world, 1e9, cores, latency_s=rec.cost.latency_s)
-    return none_s / engine.simulate(plat, step_streams("none", rec.world, rec.t)).step_s
+    return none_s / engine.run_step(plat, step_streams("none", rec.world, rec.t)).step_s
 
 
-def simulate_cell(rec: Recorded, link_bps: float, schemes: list[str], cores: int = 2, factor: float = 1.0
+def cell_steps(rec: Recorded, link_bps: float, schemes: list[str], cores: int = 2, factor: float = 1.0
                   ) -> dict[str, StepResult]:
     """Each scheme's simulated step on the emulated cluster at `link_bps`, every CPU second x `factor`."""
     plat = platform.emulated(rec.world, link_bps, cores, latency_s=rec.cost.latency_s)
@@ -166,13 +166,13 @@ def simulate_cell(rec: Recorded, link_bps: float, schemes: list[str], cores: int
     results: dict[str, StepResult] = {}
     for name in schemes:
         if name == "ddp":
-            results[name] = engine.simulate(plat, step_streams(name, rec.world, t, scaled_calls(rec.ddp, factor)))
+            results[name] = engine.run_step(plat, step_streams(name, rec.world, t, scaled_calls(rec.ddp, factor)))
         elif name == "none":
-            results[name] = engine.simulate(plat, step_streams(name, rec.world, t))
+            results[name] = engine.run_step(plat, step_streams(name, rec.world, t))
         elif name == "zen":
             results[name] = _zen(plat, t, {v: scaled_calls(c, factor) for v, c in rec.calls[name].items()})
         else:
-            results[name] = engine.simulate(plat, step_streams("hook", rec.world, t,
+            results[name] = engine.run_step(plat, step_streams("hook", rec.world, t,
                                                                scaled_calls(rec.calls[name][""], factor)))
     return results
 
@@ -182,13 +182,13 @@ def _zen(plat: platform.Platform, t: Timeline, paths: dict[str, Calls]) -> StepR
     tried in turn on top of BP, keeping whichever shortens the step."""
     world = plat.world_size
     chosen = dict(paths["bp"])
-    best = engine.simulate(plat, step_streams("hook", world, t, chosen))
+    best = engine.run_step(plat, step_streams("hook", world, t, chosen))
     for key, bp in paths["bp"].items():
         for name, calls in paths.items():
             if name == "bp" or calls[key] == bp:
                 continue  # a dense part: the same either way
             trial = {**chosen, key: calls[key]}
-            result = engine.simulate(plat, step_streams("hook", world, t, trial))
+            result = engine.run_step(plat, step_streams("hook", world, t, trial))
             if result.step_s < best.step_s:
                 chosen, best = trial, result
     return best
