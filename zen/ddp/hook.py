@@ -37,14 +37,13 @@ import torch.distributed as dist
 from torch import nn
 
 from zen.comm.dist import DistComm, group_timeout_for, timeout_seconds
-from zen.compress import Compressor, make_compressor
+from zen.compress import Compressor
 from zen.ddp.router import BucketRouter, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
 from zen.device import Clock, Stream, join, on, result_future
 from zen.registry import make_scheme
 from zen.sync import Part, SyncConfig, Synchronizer
-from zen.sync.config import frozen
-from zen.twolevel import NodeComms, dist_node_comms, nodes_of
+from zen.sync.build import agree_nodes, build, check_nodes, compressor_for, dist_comm, dist_nodes
 from zen.types import SyncStats, ZenCommError, ZenInputError
 
 T = TypeVar("T")
@@ -152,22 +151,21 @@ class ZenHookState:
     _runtime: HookRuntime | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.check_every < 0:
-            raise ZenInputError(f"check_every must be >= 0 (0: never), got {self.check_every}")
         if self.timeout_s is not None:
             timeout_seconds(self.timeout_s)
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
         config = SyncConfig(
-            scheme=self.scheme, options=frozen(self.options), compress=self.compress, density=self.density,
-            compress_options=frozen(self.compress_options), compress_rows=self.compress_rows,
-            ranks_per_node=self.ranks_per_node, intra=self.intra, validate=self.validate, nonfinite=self.nonfinite,
-            extra=frozen({"hook": True, "check_every": self.check_every, "average": self.average}))
-        self._check_ranks_per_node()
+            scheme=self.scheme, options=self.options, compress=self.compress, density=self.density,
+            compress_options=self.compress_options, compress_rows=self.compress_rows or self.sparse_params is None,
+            ranks_per_node=self.ranks_per_node, intra=self.intra, flat_fallback=True, validate=self.validate,
+            check_every=self.check_every, nonfinite=self.nonfinite, sizes_agreed=True,
+            extra={"average": self.average})
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+        check_nodes(config, world, self.group)  # else the world is checked when the lanes are made
         make_scheme(self.scheme, **self.options)  # unknown names and bad options fail here, not inside backward
-        compressor = make_compressor(self.compress, self.density, **self.compress_options) if self.compress else None
         router = BucketRouter(None if self.sparse_params is None else embedding_params(self.sparse_params))
-        self._runtime = HookRuntime(config, router, compressor)
+        self._runtime = HookRuntime(config, router, compressor_for(config))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -178,14 +176,6 @@ class ZenHookState:
     def runtime(self) -> HookRuntime:
         assert self._runtime is not None, "a ZenHookState unpickled without its runtime: build a new one"
         return self._runtime
-
-    def _check_ranks_per_node(self) -> None:
-        """ZenInputError (alike on every rank) for a ranks_per_node the world cannot be cut into."""
-        if self.ranks_per_node > 1 and self.group is not None:
-            raise ZenInputError("zen: ranks_per_node > 1 needs the default group (group=None): its node groups "
-                                "are made of all ranks")
-        if dist.is_available() and dist.is_initialized():  # else checked when the lanes are made
-            nodes_of(dist.get_world_size(), self.ranks_per_node)
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
@@ -199,12 +189,11 @@ class ZenHookState:
             device = bucket.buffer().device
             timeout = group_timeout_for(timeout_seconds(self.timeout_s))  # Zen's deadline ends before its watchdog
             first = self._created(lambda: self.group if self.group is not None else dist.new_group(timeout=timeout))
-            comms = [DistComm(first, timeout_s=self.timeout_s, device=device)]
+            comms = [dist_comm(first, self.timeout_s, device)]
             count = 1 if self.group is not None or comms[0].rules.ordered else self.lanes
             for _ in range(count - 1):
-                comms.append(DistComm(self._created(lambda: dist.new_group(timeout=timeout)),
-                                      timeout_s=self.timeout_s, device=device))
-            self._agree_ranks_per_node(comms[0])
+                comms.append(dist_comm(self._created(lambda: dist.new_group(timeout=timeout)), self.timeout_s, device))
+            agree_nodes(rt.config, comms[0])
             rt.lanes = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
             if self.gloo_batch:
                 from zen.comm.scheduling import calm_gloo
@@ -220,41 +209,28 @@ class ZenHookState:
             raise ZenCommError(f"zen: the hook's process group could not be created (a peer missing or late "
                                f"by more than {timeout_seconds(self.timeout_s):.0f}s): {exc}") from exc
 
-    def _agree_ranks_per_node(self, comm: DistComm) -> None:
-        """Two-level: every rank must make the same sub-groups, so they compare ranks_per_node first (a rank
-        with 1 meets this gather with its first bucket's call instead: misaligned calls, a ZenCommError)."""
-        if self.ranks_per_node == 1:
-            return
-        nodes_of(comm.world_size, self.ranks_per_node)
-        seen = [row[0] for row in comm.all_gather_fixed([self.ranks_per_node])]
-        if len(set(seen)) > 1:
-            raise ZenInputError(f"zen: rank {comm.rank}: ranks_per_node differs across ranks ({seen})")
-
     def _new_lane(self, k: int, comm: DistComm) -> Lane:
         rt = self.runtime
-        nodes: NodeComms | None = None
-        if self.ranks_per_node > 1:
-            nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s, self.intra,
-                                                          device=comm.device))
-        syncer = Synchronizer(rt.config, comm, nodes, compressor=rt.compressor, on_issue=rt.fault.track)
+        nodes = self._created(lambda: dist_nodes(rt.config, comm, self.group))
+        syncer = build(rt.config, comm, nodes, compressor=rt.compressor, on_issue=rt.fault.track)
         worker = CommWorker(name=f"zen-comm-{k}", device=comm.device, fault=rt.fault)
         return Lane(comm, worker, Stream(comm.device), syncer)
 
     def check_due(self) -> bool:
-        periodic = self.check_every > 0 and self.iteration % self.check_every == 0
-        return self.validate and (self.iteration < 2 or periodic or self.nonfinite == "raise")
+        """Whether this step's buckets run the cross-rank input check."""
+        return self.runtime.config.check_due(self.iteration)
 
 
 def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """hook(state, bucket) -> Future of the synchronized bucket buffer (COO for a sparse gradient)."""
     rt = state.runtime
     parts = rt.router.split(bucket)
-    record, check, lane = rt.step, state.check_due(), state.lane(bucket)
+    record, lane = rt.step, state.lane(bucket)
     tag = (state.iteration, bucket.index())  # a skipped step or bucket shows in the headers
     done = result_future(lane.comm.device)
     mark = lane.stream.mark()  # backward's writes of this bucket, on DDP's stream
     rt.keys.update(p.key for p in parts)
-    job = BucketJob(state, lane, bucket.buffer(), parts, record, check, tag, mark, done)
+    job = BucketJob(state, lane, bucket.buffer(), parts, record, tag, mark, done)
 
     if state.asynchronous:
         lane.worker.submit(job.run, done, inline_if_idle=bucket.is_last(),
@@ -284,7 +260,7 @@ def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
 @dataclass
 class BucketJob:
     """One bucket's synchronization, as its lane runs it: the synchronizer's call over the bucket's parts (one
-    input check for all of them, if due) on the lane's stream after backward's writes of the bucket (`mark`),
+    input check for all of them, when the configuration says it is due) on the lane's stream after backward's writes of the bucket (`mark`),
     then `done` once the dense parts' all-reduces have completed too (zen.ddp.worker.settle). `tag` (the step
     and the bucket's index) names the call in its headers."""
 
@@ -293,7 +269,6 @@ class BucketJob:
     buffer: torch.Tensor
     parts: list[Part]
     record: StepRecord
-    check: bool
     tag: tuple[int, int]
     mark: Any
     done: torch.futures.Future
@@ -303,13 +278,11 @@ class BucketJob:
         with on(lane.comm.device), lane.stream.use():
             lane.stream.waits(self.mark)
             clock = Clock(lane.comm.device).start()
-            meta = None
-            if self.check:
-                meta = SyncStats()
-                record.parts.append((meta, False))
-            outcomes = lane.syncer.run(self.parts, tag=self.tag, check=self.check, sizes_agreed=True,
-                                       step=self.tag[0], divisor=lane.comm.world_size if state.average else 1,
-                                       everything_sparse=rt.router.everything_sparse, check_stats=meta)
+            call = lane.syncer.run(self.parts, tag=self.tag, step=self.tag[0],
+                                   divisor=lane.comm.world_size if state.average else 1)
+            if call.check is not None:
+                record.parts.append((call.check, False))
+            outcomes = call.outcomes
             result = self.buffer
             for part, outcome in zip(self.parts, outcomes, strict=True):
                 record.parts.append((outcome.stats, outcome.sparse))
