@@ -18,7 +18,7 @@ import sys
 import torch
 
 from zen.algorithms.bp import compact_sum
-from zen.bench.kernels import timed
+from zen.kernels_bench import timed
 from zen.cli_args import count
 from zen.encodings import get_encoding
 from zen.hashing import HashFamily, server_ranks, server_rows

@@ -26,8 +26,8 @@ import torch
 from simulator.schedule import Comm, Compute, Item
 from zen.comm.sim import SimComm, SimGroup
 from zen.registry import Scheme
-from zen.sync import Part, SyncConfig
-from zen.sync.build import build
+from zen.core import Part, SyncConfig
+from zen.core.build import build
 from zen.types import Traffic
 
 RankFn = Callable[[SimComm, int], object]

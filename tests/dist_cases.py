@@ -167,8 +167,8 @@ def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, A
     the checked call's, in fewer rounds than the same call without the bound (ROW_BOUND_BYTES 0)."""
     from zen.comm.dist import DistComm
     from zen.registry import make_scheme, scheme_config
-    from zen.sync import Part, SyncConfig, Synchronizer, synchronizer
-    from zen.sync.build import build
+    from zen.core import Part, SyncConfig, Synchronizer, synchronizer
+    from zen.core.build import build
 
     comm = DistComm()
     rank, P = comm.rank, comm.world_size

@@ -12,7 +12,7 @@ from zen.comm.base import Pending
 from zen.ddp import StepRecord, ZenHookState
 from zen.ddp.worker import Fault, all_settled, settle
 from zen.device import Clock
-from zen.sync import SyncConfig, Synchronizer
+from zen.core import SyncConfig, Synchronizer
 
 TOLERANCE = 1e-5
 SCHEMES = zen.schemes()

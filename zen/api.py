@@ -1,5 +1,5 @@
 """The functional API: `allreduce` inside a process group, `simulate` over virtual ranks, `sync` of one
-scheme object on one communicator. Each runs the one synchronizer (zen.sync) on one part."""
+scheme object on one communicator. Each runs the one synchronizer (zen.core) on one part."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch.distributed as dist
 from zen.comm.base import Communicator
 from zen.comm.dist import DistComm, live_group, timeout_seconds
 from zen.registry import Scheme, scheme_config
-from zen.sync import Part, SyncConfig, Synchronizer
-from zen.sync.build import build, check_nodes, dist_comm, dist_nodes, simulated
+from zen.core import Part, SyncConfig, Synchronizer
+from zen.core.build import build, check_nodes, dist_comm, dist_nodes, simulated
 from zen.twolevel import NodeComms
 from zen.types import SyncStats
 

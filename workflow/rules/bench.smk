@@ -1,4 +1,4 @@
-"""Microbenchmarks (`zen bench`): every scheme on one synthetic gradient per rank (zen/bench)."""
+"""Microbenchmarks (`zen bench`): every scheme on one synthetic gradient per rank (harness/bench)."""
 
 
 rule simulate_microbench:

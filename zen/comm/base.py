@@ -228,7 +228,7 @@ class Communicator(ABC):
     def announce(self, grad: object, rows: Sequence[int]) -> None:
         """Every rank's row count of `grad` (its `rows()`) as this call's input check all-gathered them, or an upper
         bound on each (two-level sync's shards, zen.twolevel; the tensor's rows where sizes are agreed and no check
-        ran, zen.sync): what a scheme may bound its messages by (`announced`).
+        ran, zen.core): what a scheme may bound its messages by (`announced`).
         Forgotten when the next call begins; held weakly, so the communicator keeps no caller's tensor alive between
         calls."""
         self._announced[id(grad)] = (weakref.ref(grad), [int(c) for c in rows])

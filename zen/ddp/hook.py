@@ -5,7 +5,7 @@ Usage: `ddp.register_comm_hook(ZenHookState(scheme="zen", sparse_params=model), 
 The hook returns at once with a Future that completes when its bucket is synchronized. A bucket is a job
 for one of the communication lanes (bucket index modulo lanes, the same on every rank): each lane is a
 thread (zen.ddp.worker) with a process group, a communication stream (zen.device) and a synchronizer
-(zen.sync) of its own, running its buckets in DDP's order. So DDP's own collectives (e.g.
+(zen.core) of its own, running its buckets in DDP's order. So DDP's own collectives (e.g.
 find_unused_parameters' bitmap all-reduce from the autograd thread) cannot interleave with ours. On gloo,
 `lanes` buckets can be in flight at once, as gloo's two threads run DDP's built-in all-reduces; on NCCL one
 lane issues everything in bucket order (operations of two communicators issued in a rank-dependent order can
@@ -21,7 +21,7 @@ overlap). Errors and timeouts fail the futures, so `loss.backward()` raises on e
 un-averaged; like DDP's own allreduce hook we return the mean unless `average=False`. Scheme state is keyed
 by the part's parameters, not the bucket index, so DDP's bucket rebuild after iteration 1 is harmless. Every
 bucket is one call on its lane's communicator (zen.comm.base): its headers carry the call number and the
-code of the hook's configuration (zen.sync.SyncConfig), so a rank configured differently raises at once on
+code of the hook's configuration (zen.core.SyncConfig), so a rank configured differently raises at once on
 every rank; tensor sizes are taken as agreed (DDP verified the parameters' shapes across ranks when it was
 built and gives every rank the same buckets), so a dense part needs no size header.
 No `from __future__ import annotations` here: DDP's register_comm_hook compares the hook's annotations
@@ -42,8 +42,8 @@ from zen.ddp.router import BucketRouter, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
 from zen.device import Clock, Stream, join, on, result_future
 from zen.registry import make_scheme
-from zen.sync import Part, SyncConfig, Synchronizer
-from zen.sync.build import agree_nodes, build, check_nodes, compressor_for, dist_comm, dist_nodes
+from zen.core import Part, SyncConfig, Synchronizer
+from zen.core.build import agree_nodes, build, check_nodes, compressor_for, dist_comm, dist_nodes
 from zen.types import SyncStats, ZenCommError, ZenInputError
 
 T = TypeVar("T")
@@ -96,9 +96,9 @@ class HookRuntime:
     config: SyncConfig
     router: BucketRouter
     compressor: Compressor | None
-    lanes: list[Lane] = field(default_factory=list)
+    opened: list[Lane] = field(default_factory=list)  # the lanes, opened at the first bucket
     fault: Fault = field(default_factory=Fault)
-    step: StepRecord = field(default_factory=StepRecord)
+    record: StepRecord = field(default_factory=StepRecord)  # the step under way
     keys: set[Any] = field(default_factory=set)
 
 
@@ -114,7 +114,7 @@ class ZenHookState:
     on every step with `nonfinite="raise"`; `validate=False`: never. DDP gives every rank the same buckets, so what
     it catches later is rare (a rank configured differently from the start is caught at once); between checks a
     bucket's messages are bounded by its rows, so gloo exchanges still take one round
-    (zen.sync.synchronizer.row_bound). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
+    (zen.core.synchronizer.row_bound). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
     (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`: buckets in
     flight at once on gloo (NCCL: one). `asynchronous=False` runs each bucket inside the hook call (no overlap with
     backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign", "qsgd") of `density`
@@ -185,7 +185,7 @@ class ZenHookState:
         first bucket), each with a process group of its own over `group`'s ranks (and, two-level, sub-groups
         of its own, made once every rank is known to want the same ones)."""
         rt = self.runtime
-        if not rt.lanes:
+        if not rt.opened:
             device = bucket.buffer().device
             timeout = group_timeout_for(timeout_seconds(self.timeout_s))  # Zen's deadline ends before its watchdog
             first = self._created(lambda: self.group if self.group is not None else dist.new_group(timeout=timeout))
@@ -194,12 +194,12 @@ class ZenHookState:
             for _ in range(count - 1):
                 comms.append(dist_comm(self._created(lambda: dist.new_group(timeout=timeout)), self.timeout_s, device))
             agree_nodes(rt.config, comms[0])
-            rt.lanes = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
+            rt.opened = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
             if self.gloo_batch:
                 from zen.comm.scheduling import calm_gloo
 
                 calm_gloo(comms[0].backend)
-        return rt.lanes[bucket.index() % len(rt.lanes)]
+        return rt.opened[bucket.index() % len(rt.opened)]
 
     def _created(self, make: Callable[[], T]) -> T:
         """`make()` (process groups): a peer that never reaches its first bucket is a ZenCommError."""
@@ -225,7 +225,7 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     """hook(state, bucket) -> Future of the synchronized bucket buffer (COO for a sparse gradient)."""
     rt = state.runtime
     parts = rt.router.split(bucket)
-    record, lane = rt.step, state.lane(bucket)
+    record, lane = rt.record, state.lane(bucket)
     tag = (state.iteration, bucket.index())  # a skipped step or bucket shows in the headers
     done = result_future(lane.comm.device)
     mark = lane.stream.mark()  # backward's writes of this bucket, on DDP's stream
@@ -244,7 +244,7 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
         if rt.compressor is not None:  # DDP rebuilt its buckets: the old parts' residuals go
             rt.compressor.prune(rt.keys)
         state.iteration += 1
-        state.last_step, rt.step, rt.keys = record, StepRecord(), set()
+        state.last_step, rt.record, rt.keys = record, StepRecord(), set()
     return done.then(_unwrap)
 
 

@@ -36,9 +36,9 @@ from zen.device import Clock
 from zen.grad import extract_rows
 from zen.integrations.fsdp_gather import DeltaAllGather
 from zen.integrations.fsdp_plan import INDEX, ChunkPlan, Runtime
-from zen.sync import SyncConfig
-from zen.sync.build import compressor_for, dist_comm
-from zen.sync.synchronizer import ROW_BOUND_BYTES
+from zen.core import SyncConfig
+from zen.core.build import compressor_for, dist_comm
+from zen.core.synchronizer import ROW_BOUND_BYTES
 from zen.types import SyncStats, ZenInputError
 
 try:  # public from torch 2.14; torch 2.13 keeps the base class in the private module

@@ -15,8 +15,8 @@ from zen.comm.dist import DistComm
 from zen.comm.sim import SimComm, SimGroup
 from zen.compress import Compressor, make_compressor
 from zen.registry import Scheme
-from zen.sync.config import SyncConfig
-from zen.sync.synchronizer import Synchronizer
+from zen.core.config import SyncConfig
+from zen.core.synchronizer import Synchronizer
 from zen.twolevel import NodeComms, dist_node_comms, nodes_of, sim_node_comms
 from zen.types import ZenInputError
 

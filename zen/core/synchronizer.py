@@ -1,5 +1,5 @@
 """The one seam every synchronization passes through: `zen.allreduce`, `zen.simulate`, `zen.sync` and the DDP
-hook all run `Synchronizer.run` on a list of `Part`s, with a synchronizer built by `zen.sync.build`.
+hook all run `Synchronizer.run` on a list of `Part`s, with a synchronizer built by `zen.core.build`.
 
 A call, in order: begin it on the communicator (its number and its configuration's code go into every
 header), plan each part (which scheme runs it, zen.route), prepare it (a compressor's choice, or the tensor as
@@ -27,7 +27,7 @@ from zen.grad import LocalGrad, to_local_grad
 from zen.output import Output, make_output
 from zen.registry import Scheme, make_scheme
 from zen.route import Flat, PartContext, sends_rows
-from zen.sync.config import SyncConfig
+from zen.core.config import SyncConfig
 from zen.twolevel import NodeComms, TwoLevel
 from zen.types import SyncStats, ZenInputError
 from zen.validate import check_parts
@@ -105,7 +105,7 @@ class Synchronizer:
     part key (a scheme's per-size state is about one tensor) and the compressor with its residuals (the hook
     shares one across its lanes). `instance` fixes the scheme object (the functional `zen.sync`). `on_issue`
     learns of every asynchronous all-reduce as it is issued, so a caller can keep it in sight even when a
-    later part of the same call fails (the hook must not exit with one in flight). Built by zen.sync.build."""
+    later part of the same call fails (the hook must not exit with one in flight). Built by zen.core.build."""
 
     config: SyncConfig
     comm: Communicator
