@@ -91,42 +91,85 @@ class Lane:
 @dataclass
 class HookRuntime:
     """What the hook keeps between calls (not settings): the router, the configuration every rank agrees on,
-    the lanes (made at the first bucket), the shared compressor, the step's record, the fault of all lanes."""
+    the lanes (opened at the first bucket), the shared compressor, the step's number and records, the fault of
+    all lanes."""
 
     config: SyncConfig
     router: BucketRouter
     compressor: Compressor | None
     opened: list[Lane] = field(default_factory=list)  # the lanes, opened at the first bucket
     fault: Fault = field(default_factory=Fault)
-    record: StepRecord = field(default_factory=StepRecord)  # the step under way
+    step: int = 0  # the step under way (optimizer steps whose last bucket the hook has seen)
+    record: StepRecord = field(default_factory=StepRecord)  # that step's record
+    last_step: StepRecord = field(default_factory=StepRecord)  # the last finished step's record
     keys: set[Any] = field(default_factory=set)
 
 
 @dataclass
 class ZenHookState:
-    """The hook's settings (the fields users set), its step counter and last step's record; the runtime
-    (lanes, router, compressor) lives in one private object.
+    """The hook's settings, one field each (what it trades, its default, when to change it). What the hook keeps
+    between calls (lanes, router, compressor, the step's number and record) is its `HookRuntime`, apart; the
+    step's number and the last step's record read through `iteration` and `last_step`.
 
-    `sparse_params`: the embeddings, as modules (every nn.Embedding / nn.EmbeddingBag inside, torchrec's collections
-    included) and/or parameters; their rows go through `scheme`, everything else through dense allreduce. None:
-    every bucket whole through `scheme`, flat. The cross-rank input check (one small all-gather per bucket, a round
-    trip) runs on the first two steps, around DDP's bucket rebuild, then every `check_every` steps (0: no more), and
-    on every step with `nonfinite="raise"`; `validate=False`: never. DDP gives every rank the same buckets, so what
-    it catches later is rare (a rank configured differently from the start is caught at once); between checks a
-    bucket's messages are bounded by its rows, so gloo exchanges still take one round
-    (zen.core.synchronizer.row_bound). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
-    (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`: buckets in
-    flight at once on gloo (NCCL: one). `asynchronous=False` runs each bucket inside the hook call (no overlap with
-    backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign", "qsgd") of `density`
-    (and `compress_options`) for every dense part, and with `compress_rows` for the embedding rows too (else those
-    keep their natural sparsity); the result is the mean of what the ranks' compressors chose, exactly, and each
-    part's residual norm is in its stats (`extra["residual_norm"]`). `ranks_per_node` > 1 (it must divide the world
-    size; the default group only): the embedding rows take the two-level path (zen.twolevel: dense inside each node
-    of that many consecutive ranks, `scheme` across nodes); dense parts, compressed parts and COO gradients stay
-    flat over all ranks; `intra`: the node steps, "auto" (the faster of dense and sparse, timed at each part size's
-    first calls), "dense" or "sparse" (for a node link not much faster than the uplink). `gloo_batch`: put gloo's
-    event-loop threads of the hook's groups under SCHED_BATCH (zen.comm.scheduling; it changes this process's
-    threads, so it is opt-in)."""
+    What goes through the scheme:
+
+    - `scheme` ("zen"): the scheme of the embedding rows (zen.schemes()); `options` ({}): its keyword options
+      (zen's `hc_ids`, ...). Change it to compare a baseline; unknown names and bad options fail here.
+    - `sparse_params` (None): the embeddings, as modules (every nn.Embedding / nn.EmbeddingBag inside,
+      torchrec's collections included) and/or parameters; their rows go through `scheme`, everything else
+      through dense all-reduces that overlap them. None: every bucket whole through `scheme`, flat (the paper's
+      view of a bucket). Give it for any model with tables: the dense parameters gain nothing from a sparse
+      scheme and then do not wait for it.
+    - `average` (True): the mean over ranks, as DDP's own hook returns; False: the sum (an optimizer that divides
+      itself).
+    - `group` (None: the default group): the ranks to sum over. A group given is used as it is, with one lane
+      (no groups of the hook's own) and no two-level sync.
+
+    The input check (one small all-gather per bucket, a round trip):
+
+    - `validate` (True): False never checks, saving the round trip on the first steps; a rank configured
+      differently is then still caught by the call's headers, but a tensor that differs is not.
+    - `check_every` (100): after the first two steps (around DDP's bucket rebuild) the check runs every that many
+      steps; 0: never again. DDP gives every rank the same buckets, so what a later check catches is rare, and
+      between checks a bucket's messages are bounded by its rows (gloo exchanges still take one round,
+      zen.core.synchronizer.row_bound). Lower it while debugging a model whose parameters change shape.
+    - `nonfinite` ("pass"): "pass" sums NaN / Inf like DDP's all-reduce does (torch.amp.GradScaler needs to see
+      them); "raise" makes them a ZenInputError on every rank, and then checks every step (a round trip each).
+
+    How the buckets travel:
+
+    - `lanes` (2): buckets in flight at once on gloo, each lane a thread with a process group of its own; more
+      lanes overlap more of backward on a link with latency to hide, at one more process group each. NCCL and a
+      given `group` use one (operations of two communicators issued in a rank-dependent order can deadlock).
+    - `asynchronous` (True): buckets run on their lane while backward goes on; False runs each inside the hook
+      call, on backward's thread (no overlap; needed where several hooks share one group, as torchrec's wrapper
+      does, so every rank issues their collectives in one order).
+    - `timeout_s` (None: $ZEN_TIMEOUT_S, else 300 s): how long any wait for a peer lasts before a ZenCommError on
+      every rank. Raise it for a first step that compiles or loads for long; lower it to fail fast in tests.
+    - `gloo_batch` (False): put gloo's event-loop threads of the hook's groups under SCHED_BATCH
+      (zen.comm.scheduling): fewer wake-ups where ranks share cores; opt-in, as it changes this process's threads.
+
+    Compression of dense gradients (zen.compress):
+
+    - `compress` (None): a compressor ("topk", "dgc", "randomk", "sign", "qsgd") for every dense part: the result
+      is the mean of what the ranks' compressors chose, exactly, what they left out kept as a residual for later
+      steps (each part's residual norm in its stats, `extra["residual_norm"]`). Trades convergence per step for
+      bytes: use it where dense parameters dominate the traffic.
+    - `density` (0.05): the share of a part's elements a sparsifier sends (a quantizer ignores it); lower sends
+      fewer bytes and leaves more in the residual.
+    - `compress_options` ({}): the compressor's own options (DGC's momentum, a seed, ...).
+    - `compress_rows` (False): the embedding rows through the compressor too; else they keep their natural
+      sparsity, which is exact and usually already small.
+
+    Nodes of several ranks (zen.twolevel):
+
+    - `ranks_per_node` (1): > 1 (dividing the world size; the default group only) sends the embedding rows the
+      two-level way: summed inside each node of that many consecutive ranks over its fast link, `scheme` across
+      nodes, so rows the node's ranks share cross the uplink once. Dense parts, compressed parts and COO gradients
+      stay flat. Set it to the GPUs per machine where the machines' link is the slow one.
+    - `intra` ("auto"): the node steps: "auto" times dense, sparse and none at each part size's first calls and
+      keeps the fastest; "dense" (the paper's) or "sparse" (for a node link not much faster than the uplink) fix
+      them and skip the trial."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
@@ -146,8 +189,6 @@ class ZenHookState:
     ranks_per_node: int = 1
     intra: str = "auto"
     gloo_batch: bool = False
-    iteration: int = 0
-    last_step: StepRecord = field(default_factory=StepRecord)
     _runtime: HookRuntime | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -176,6 +217,20 @@ class ZenHookState:
     def runtime(self) -> HookRuntime:
         assert self._runtime is not None, "a ZenHookState unpickled without its runtime: build a new one"
         return self._runtime
+
+    @property
+    def iteration(self) -> int:
+        """The step under way: optimizer steps the hook has seen end (its last bucket)."""
+        return self.runtime.step
+
+    @iteration.setter
+    def iteration(self, step: int) -> None:
+        self.runtime.step = step
+
+    @property
+    def last_step(self) -> StepRecord:
+        """What the last finished step's synchronization did (per part its stats; busy time)."""
+        return self.runtime.last_step
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
@@ -243,8 +298,8 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     if bucket.is_last():
         if rt.compressor is not None:  # DDP rebuilt its buckets: the old parts' residuals go
             rt.compressor.prune(rt.keys)
-        state.iteration += 1
-        state.last_step, rt.record, rt.keys = record, StepRecord(), set()
+        rt.step += 1
+        rt.last_step, rt.record, rt.keys = record, StepRecord(), set()
     return done.then(_unwrap)
 
 
