@@ -12,9 +12,9 @@ import torch.distributed as dist
 
 from zen.comm.base import Communicator
 from zen.comm.dist import DistComm, live_group, timeout_seconds
-from zen.registry import Scheme, scheme_config
 from zen.core import Part, SyncConfig, Synchronizer
 from zen.core.build import build, check_nodes, dist_comm, dist_nodes, simulated
+from zen.registry import Scheme, scheme_config
 from zen.twolevel import NodeComms
 from zen.types import SyncStats
 

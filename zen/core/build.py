@@ -14,9 +14,9 @@ from zen.comm.base import Communicator, Pending
 from zen.comm.dist import DistComm
 from zen.comm.sim import SimComm, SimGroup
 from zen.compress import Compressor, make_compressor
-from zen.registry import Scheme
 from zen.core.config import SyncConfig
 from zen.core.synchronizer import Synchronizer
+from zen.registry import Scheme
 from zen.twolevel import NodeComms, dist_node_comms, nodes_of, sim_node_comms
 from zen.types import ZenInputError
 
@@ -75,8 +75,9 @@ def build(config: SyncConfig, comm: Communicator, nodes: NodeComms | None = None
         raise ZenInputError(f"zen: ranks_per_node {config.ranks_per_node} needs node groups exactly when > 1")
     if nodes is not None and nodes.mode != config.intra:
         nodes = replace(nodes, mode=config.intra)
-    return Synchronizer(config, comm, nodes, instance=instance, compressor=compressor if compressor is not None else compressor_for(config),
-                        on_issue=on_issue)
+    if compressor is None:
+        compressor = compressor_for(config)
+    return Synchronizer(config, comm, nodes, instance=instance, compressor=compressor, on_issue=on_issue)
 
 
 def simulated(config: SyncConfig, devices: Sequence[torch.device], timeout_s: float, seed: int | None

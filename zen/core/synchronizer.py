@@ -22,12 +22,12 @@ from zen.comm.base import Communicator, Pending
 from zen.comm.pool import MAX_BYTES
 from zen.compress import Compressor
 from zen.compress.base import compress_part
+from zen.core.config import SyncConfig
 from zen.device import accelerated
 from zen.grad import LocalGrad, to_local_grad
 from zen.output import Output, make_output
 from zen.registry import Scheme, make_scheme
 from zen.route import Flat, PartContext, sends_rows
-from zen.core.config import SyncConfig
 from zen.twolevel import NodeComms, TwoLevel
 from zen.types import SyncStats, ZenInputError
 from zen.validate import check_parts

@@ -38,12 +38,12 @@ from torch import nn
 
 from zen.comm.dist import DistComm, group_timeout_for, timeout_seconds
 from zen.compress import Compressor
+from zen.core import Part, SyncConfig, Synchronizer
+from zen.core.build import agree_nodes, build, check_nodes, compressor_for, dist_comm, dist_nodes
 from zen.ddp.router import BucketRouter, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
 from zen.device import Clock, Stream, join, on, result_future
 from zen.registry import make_scheme
-from zen.core import Part, SyncConfig, Synchronizer
-from zen.core.build import agree_nodes, build, check_nodes, compressor_for, dist_comm, dist_nodes
 from zen.types import SyncStats, ZenCommError, ZenInputError
 
 T = TypeVar("T")
@@ -315,9 +315,9 @@ def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
 @dataclass
 class BucketJob:
     """One bucket's synchronization, as its lane runs it: the synchronizer's call over the bucket's parts (one
-    input check for all of them, when the configuration says it is due) on the lane's stream after backward's writes of the bucket (`mark`),
-    then `done` once the dense parts' all-reduces have completed too (zen.ddp.worker.settle). `tag` (the step
-    and the bucket's index) names the call in its headers."""
+    input check for all of them, when the configuration says it is due) on the lane's stream after backward's
+    writes of the bucket (`mark`), then `done` once the dense parts' all-reduces have completed too
+    (zen.ddp.worker.settle). `tag` (the step and the bucket's index) names the call in its headers."""
 
     state: ZenHookState
     lane: Lane

@@ -30,15 +30,15 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from zen.comm.base import Deferred, Message, code_of
 from zen.compress.base import PartContext
+from zen.core import SyncConfig
+from zen.core.build import compressor_for, dist_comm
+from zen.core.synchronizer import ROW_BOUND_BYTES
 from zen.ddp.hook import StepRecord
 from zen.ddp.router import embedding_params
 from zen.device import Clock
 from zen.grad import extract_rows
 from zen.integrations.fsdp_gather import DeltaAllGather
 from zen.integrations.fsdp_plan import INDEX, ChunkPlan, Runtime
-from zen.core import SyncConfig
-from zen.core.build import compressor_for, dist_comm
-from zen.core.synchronizer import ROW_BOUND_BYTES
 from zen.types import SyncStats, ZenInputError
 
 try:  # public from torch 2.14; torch 2.13 keeps the base class in the private module
