@@ -25,9 +25,9 @@ import torch
 
 from simulator.schedule import Comm, Compute, Item
 from zen.comm.sim import SimComm, SimGroup
-from zen.registry import Scheme
 from zen.core import Part, SyncConfig
 from zen.core.build import build
+from zen.registry import Scheme
 from zen.types import Traffic
 
 RankFn = Callable[[SimComm, int], object]

@@ -166,9 +166,9 @@ def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, A
     by the tensor's M, so exchanges take one round. Per scheme and case: the sum is the reference's and bit for bit
     the checked call's, in fewer rounds than the same call without the bound (ROW_BOUND_BYTES 0)."""
     from zen.comm.dist import DistComm
-    from zen.registry import make_scheme, scheme_config
     from zen.core import Part, SyncConfig, Synchronizer, synchronizer
     from zen.core.build import build
+    from zen.registry import make_scheme, scheme_config
 
     comm = DistComm()
     rank, P = comm.rank, comm.world_size

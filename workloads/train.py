@@ -63,8 +63,8 @@ from workloads.records import Step
 from workloads.torch_hooks import EXAMPLES, NO_COMM, is_torch_hook, register
 from workloads.train_config import TrainConfig
 from workloads.train_report import log_wandb, print_table, report_of
-from zen.ddp import StepRecord, ZenHookState, ddp_hook
 from zen.core.synchronizer import DENSE
+from zen.ddp import StepRecord, ZenHookState, ddp_hook
 
 log = logging.getLogger(__name__)
 

@@ -180,9 +180,8 @@ class IntraTrial:
         within TIE of the fastest (node steps unless flat is clearly faster, as they spare the uplink, where
         bytes decide zen's own ties too; the paper's dense steps on a tie with sparse ones). The slowest
         rank's time is the call's length where the ranks start together (the step's end waits for it). The
-        fastest call at the fastest rank (zen's BP-or-HC rule) is a lower bound, and a noisy one: at 4 nodes x
-        2 ranks on 2 cores, where sparse node steps took 5-12% less than flat end to end, it chose them in 65%
-        of resampled 4-call trials, the slowest rank's median call in 90%."""
+        fastest call at the fastest rank (zen's BP-or-HC rule) is a lower bound, and a noisy one: one lucky call
+        decides it, where the median of the slowest rank's calls needs most of them to agree."""
         if self.chosen is not None:
             return
         self.calls[mode] += 1
