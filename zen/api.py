@@ -4,7 +4,7 @@ scheme object on one communicator. Each runs the one synchronizer (zen.core) on 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -78,8 +78,8 @@ def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None, device:
 
 def _node_comms(config: SyncConfig, comm: DistComm, group: dist.ProcessGroup | None) -> NodeComms | None:
     """The sub-groups of two-level allreduce, made at the first call with this `ranks_per_node` (every rank
-    makes the same calls, so every rank creates them in the same order; every `intra` mode shares them);
-    None for flat."""
+    makes the same calls, so every rank creates them in the same order; every `intra` mode shares them, each
+    synchronizer with trials of its own); None for flat."""
     key = (comm, config.ranks_per_node)
     if key not in _NODES:
         nodes = dist_nodes(config, comm, group)
@@ -87,7 +87,7 @@ def _node_comms(config: SyncConfig, comm: DistComm, group: dist.ProcessGroup | N
             return None
         _NODES[key] = nodes
     check_nodes(config, comm.world_size, group)
-    return _NODES[key]
+    return replace(_NODES[key], mode=config.intra)
 
 
 def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGroup | None = None, *,

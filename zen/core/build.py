@@ -5,7 +5,6 @@ its compressor, all from one `SyncConfig`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -67,14 +66,13 @@ def compressor_for(config: SyncConfig) -> Compressor | None:
 
 def build(config: SyncConfig, comm: Communicator, nodes: NodeComms | None = None, *, instance: Scheme | None = None,
           compressor: Compressor | None = None, on_issue: Callable[[Pending], object] | None = None) -> Synchronizer:
-    """A synchronizer of `config` over `comm` (two-level: `nodes`, its node steps as the configuration says).
+    """A synchronizer of `config` over `comm` (two-level: `nodes`, made for the configuration's `intra`).
     `compressor`: one shared with other synchronizers (the hook's lanes), else the configuration's own;
     `instance`: a scheme object to run (`zen.sync`); `on_issue`: see Synchronizer."""
     check_nodes(config, comm.world_size)
-    if config.two_level != (nodes is not None):
-        raise ZenInputError(f"zen: ranks_per_node {config.ranks_per_node} needs node groups exactly when > 1")
-    if nodes is not None and nodes.mode != config.intra:
-        nodes = replace(nodes, mode=config.intra)
+    if config.two_level != (nodes is not None) or (nodes is not None and nodes.mode != config.intra):
+        raise ZenInputError(f"zen: ranks_per_node {config.ranks_per_node} and intra {config.intra!r} need node "
+                            f"groups of that mode exactly when > 1")
     if compressor is None:
         compressor = compressor_for(config)
     return Synchronizer(config, comm, nodes, instance=instance, compressor=compressor, on_issue=on_issue)
