@@ -18,10 +18,10 @@ import sys
 import torch
 
 from zen.algorithms.bp import compact_sum
-from zen.bench.kernels import timed
 from zen.cli_args import count
 from zen.encodings import get_encoding
 from zen.hashing import HashFamily, server_ranks, server_rows
+from zen.kernels_bench import timed
 from zen.rows import add_messages
 
 SHARES = (0.1, 0.2, 0.25, 0.33, 0.5)

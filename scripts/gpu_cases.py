@@ -134,7 +134,7 @@ def _race(plain: bool, cycles: int, steps: int) -> dict[str, Any]:
     made: list[_LateFuture] = []
 
     def late(dev_: torch.device) -> torch.futures.Future:
-        made.append(_LateFuture(state.runtime.lanes[0].stream.cuda, cycles, None if plain else [dev_]))
+        made.append(_LateFuture(state.runtime.opened[0].stream.cuda, cycles, None if plain else [dev_]))
         return made[-1]
 
     with _patched(hook_module, "result_future", late):
@@ -184,12 +184,12 @@ def _overlap(lane_free: bool, steps: int, trace_dir: str | None) -> Overlap:
         ddp(x).pow(2).mean().backward()
     if lane_free:
         state.asynchronous = False
-        for lane in state.runtime.lanes:
+        for lane in state.runtime.opened:
             lane.stream.cuda = torch.cuda.current_stream(dev)
     loss = ddp(x).pow(2).mean()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:  # device work only: what the overlap reads
-        for stream in [torch.cuda.current_stream(dev)] + [lane.stream.cuda for lane in state.runtime.lanes]:
+        for stream in [torch.cuda.current_stream(dev)] + [lane.stream.cuda for lane in state.runtime.opened]:
             with torch.cuda.stream(stream):
                 torch.cuda._sleep(1000)  # the marker naming this stream in the trace
             torch.cuda.synchronize()

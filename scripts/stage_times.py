@@ -30,7 +30,7 @@ from zen.registry import schemes
 # (row, module, attribute path): the functions that make a call's stages, outermost last where they nest
 STAGES = [
     ("extract", "zen.grad", "LocalGrad.rows"),
-    ("input check", "zen.sync.synchronizer", "check_parts"),
+    ("input check", "zen.core.synchronizer", "check_parts"),
     ("partition", "zen.algorithms.partitions", "HashPartitions.group"),
     ("all-to-all", "zen.comm.dist", "DistComm.all_to_all_v"),
     ("exchange", "zen.comm.dist", "DistComm.exchange"),

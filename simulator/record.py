@@ -25,8 +25,9 @@ import torch
 
 from simulator.schedule import Comm, Compute, Item
 from zen.comm.sim import SimComm, SimGroup
+from zen.core import Part, SyncConfig
+from zen.core.build import build
 from zen.registry import Scheme
-from zen.sync import Part, SyncConfig, Synchronizer
 from zen.types import Traffic
 
 RankFn = Callable[[SimComm, int], object]
@@ -168,7 +169,7 @@ def part_call(scheme: str | None, originals: Sequence[torch.Tensor], divisor: in
     divided on the way. `scheme` with one instance per rank (`instances`, so a scheme's per-size state
     persists across calls): the table's rows through it; None: a dense part, the asynchronous all-reduce
     (waited for). Each rank returns the call's Traffic (the communicator's count)."""
-    config = SyncConfig(scheme=scheme or "allreduce", nonfinite="pass")
+    config = SyncConfig(scheme=scheme or "allreduce", nonfinite="pass", validate=False, sizes_agreed=True)
 
     def make() -> RankFn:
         work = [t.clone() for t in originals]
@@ -177,8 +178,7 @@ def part_call(scheme: str | None, originals: Sequence[torch.Tensor], divisor: in
             instance = instances[rank] if instances is not None else None
             part = Part(work[rank], rows=scheme is not None, sparse=scheme is not None, key="part",
                         out=work[rank])
-            (outcome,) = Synchronizer(config, comm, instance=instance).run([part], check=False, sizes_agreed=True,
-                                                                          divisor=divisor)
+            (outcome,) = build(config, comm, instance=instance).run([part], divisor=divisor).outcomes
             if outcome.pending is not None:
                 outcome.pending.wait()
             return outcome.stats.traffic

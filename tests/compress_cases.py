@@ -18,7 +18,7 @@ def _spy(state: zen.ZenHookState, sent: list[torch.Tensor]) -> None:
     """Record the part's buffer right after the compressor overwrote it with what it sends."""
     comp = state.runtime.compressor
     assert comp is not None
-    name = "_quantize" if comp.own_exchange else "compress"
+    name = "quantize" if comp.own_exchange else "compress"
     original = getattr(comp, name)
 
     def spy(tensor: torch.Tensor, ctx: Any) -> Any:

@@ -166,8 +166,9 @@ def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, A
     by the tensor's M, so exchanges take one round. Per scheme and case: the sum is the reference's and bit for bit
     the checked call's, in fewer rounds than the same call without the bound (ROW_BOUND_BYTES 0)."""
     from zen.comm.dist import DistComm
+    from zen.core import Part, SyncConfig, Synchronizer, synchronizer
+    from zen.core.build import build
     from zen.registry import make_scheme, scheme_config
-    from zen.sync import Part, SyncConfig, Synchronizer, synchronizer
 
     comm = DistComm()
     rank, P = comm.rank, comm.world_size
@@ -175,10 +176,10 @@ def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, A
     for name in ("_all_to_all", "_all_gather", "_all_gather_bytes"):
         setattr(comm, name, _counted(getattr(comm, name), waits))
 
-    def call(syncer: Synchronizer, part: Part, check: bool, limit: int) -> tuple[torch.Tensor, int]:
+    def call(syncer: Synchronizer, part: Part, limit: int) -> tuple[torch.Tensor, int]:
         synchronizer.ROW_BOUND_BYTES, kept, start = limit, synchronizer.ROW_BOUND_BYTES, waits[0]
         try:
-            (outcome,) = syncer.run([part], check=check, sizes_agreed=True)
+            (outcome,) = syncer.run([part]).outcomes
         finally:
             synchronizer.ROW_BOUND_BYTES = kept
         return outcome.result, waits[0] - start
@@ -190,13 +191,15 @@ def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, A
         part = Part(tensors[rank], key=case, out=torch.empty_like(tensors[rank]))
         for scheme in schemes:
             instance = make_scheme(scheme)
-            syncer = Synchronizer(SyncConfig(scheme=scheme_config(instance)), comm, None, instance=instance)
+            config = SyncConfig(scheme=scheme_config(instance), sizes_agreed=True)
+            checking = build(config, comm, instance=instance)
+            unchecked = build(config.but(validate=False), comm, instance=instance)
             limit = synchronizer.ROW_BOUND_BYTES
             for _ in range(3):  # the selector decides on its first calls
-                checked = call(syncer, part, True, limit)[0].clone()
-            bounded, one = call(syncer, part, False, limit)
+                checked = call(checking, part, limit)[0].clone()
+            bounded, one = call(unchecked, part, limit)
             bounded = bounded.clone()
-            headed, two = call(syncer, part, False, 0)
+            headed, two = call(unchecked, part, 0)
             ok = matches_reference(bounded, total, magnitude, P)
             report[f"{scheme}/{case}"] = (ok, torch.equal(bounded, checked) and torch.equal(bounded, headed), one, two)
     return report

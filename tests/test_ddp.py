@@ -9,10 +9,10 @@ import torch
 import zen
 from harness.launch import spawn
 from zen.comm.base import Pending
+from zen.core import SyncConfig, Synchronizer
 from zen.ddp import StepRecord, ZenHookState
 from zen.ddp.worker import Fault, all_settled, settle
 from zen.device import Clock
-from zen.sync import SyncConfig, Synchronizer
 
 TOLERANCE = 1e-5
 SCHEMES = zen.schemes()

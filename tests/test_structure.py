@@ -73,7 +73,7 @@ def test_zen_modules_import_each_other_without_cycles() -> None:
 
 
 def test_internal_functions_take_at_most_eight_parameters() -> None:
-    """Options travel as one configuration (zen.sync.SyncConfig), not through every signature; the public
+    """Options travel as one configuration (zen.core.SyncConfig), not through every signature; the public
     functions (zen.__all__) keep their keyword options."""
     too_many = []
     for name, tree in _modules().items():

@@ -62,8 +62,8 @@ from workloads.torch_hooks import NO_COMM, is_torch_hook, register
 from workloads.train_args import add_arguments, import_plugins, resolve, with_defaults
 from workloads.train_config import TrainConfig
 from workloads.train_report import log_wandb, print_table, report_of
+from zen.core.synchronizer import DENSE
 from zen.ddp import StepRecord, ZenHookState, ddp_hook
-from zen.sync.synchronizer import DENSE
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The functional API: `allreduce` inside a process group, `simulate` over virtual ranks, `sync` of one
-scheme object on one communicator. Each runs the one synchronizer (zen.sync) on one part."""
+scheme object on one communicator. Each runs the one synchronizer (zen.core) on one part."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import torch.distributed as dist
 
 from zen.comm.base import Communicator
 from zen.comm.dist import DistComm, live_group, timeout_seconds
-from zen.comm.sim import SimComm, SimGroup
+from zen.core import Part, SyncConfig, Synchronizer
+from zen.core.build import build, check_nodes, dist_comm, dist_nodes, simulated
 from zen.registry import Scheme, scheme_config
-from zen.sync import Part, SyncConfig, Synchronizer
-from zen.sync.config import frozen
-from zen.twolevel import NodeComms, dist_node_comms, nodes_of, sim_node_comms
-from zen.types import SyncStats, ZenInputError
+from zen.twolevel import NodeComms
+from zen.types import SyncStats
 
 _COMMS: dict[tuple, DistComm] = {}
 _NODES: dict[tuple, NodeComms] = {}
@@ -26,7 +25,7 @@ _SYNCS: dict[tuple, Synchronizer] = {}
 
 def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
          validate: bool = True, divisor: int = 1, *, rows: bool = False, sparse_result: bool = False,
-         check_finite: bool = True, nodes: NodeComms | None = None) -> tuple[torch.Tensor, SyncStats]:
+         nonfinite: str = "raise", nodes: NodeComms | None = None) -> tuple[torch.Tensor, SyncStats]:
     """Run one scheme object on one rank; returns the sum (shaped like `tensor`) and the rank's stats.
 
     `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
@@ -35,27 +34,27 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
     scheme can, else in one more pass; the same bits either way. `rows` syncs a dense tensor as rows of
     its first dim (an embedding table's gradient: one index per row); `sparse_result` returns a COO
     tensor over the union's rows instead of a dense one (work and memory proportional to those rows).
-    `validate` runs the cross-rank input check (one small all-gather); `check_finite` makes a NaN or Inf
-    a ZenInputError there (else it is summed like any value, as dense allreduce does). The call's header
+    `validate` runs the cross-rank input check (one small all-gather); `nonfinite="raise"` makes a NaN or
+    Inf a ZenInputError there ("pass": summed like any value, as dense allreduce does). The call's header
     code covers the scheme, its options and these settings, so ranks that differ raise on every rank.
     `nodes` (this rank's sub-groups of `comm`'s ranks, zen.twolevel): two-level sync, the scheme across
     nodes on shards of the node sums; the input check still runs over `comm`."""
-    config = SyncConfig(scheme=scheme_config(scheme), validate=validate, nonfinite="raise" if check_finite else "pass",
-                        rows=rows, sparse_result=sparse_result, divisor=divisor,
+    config = SyncConfig(scheme=scheme_config(scheme), validate=validate, nonfinite=nonfinite, rows=rows,
+                        sparse_result=sparse_result, divisor=divisor,
                         ranks_per_node=nodes.ranks_per_node if nodes else 1, intra=nodes.mode if nodes else "auto")
-    syncer = Synchronizer(config, comm, nodes, instance=scheme, strict_two_level=True)
-    return _one(syncer, tensor, out)
+    return _one(build(config, comm, nodes, instance=scheme), tensor, out)
 
 
 def _one(syncer: Synchronizer, tensor: torch.Tensor, out: torch.Tensor | None, tag: object = None,
          step: int = 0) -> tuple[torch.Tensor, SyncStats]:
-    """One part through `syncer`, waited for."""
+    """One part through `syncer`, waited for; its stats count the input check's bytes too."""
     c = syncer.config
     part = Part(tensor, rows=c.rows, key="tensor", out=out, sparse_result=c.sparse_result)
-    (outcome,) = syncer.run([part], tag=tag, divisor=c.divisor, step=step)
+    call = syncer.run([part], tag=tag, divisor=c.divisor, step=step)
+    (outcome,) = call.outcomes
     if outcome.pending is not None:
         outcome.pending.wait()
-    return outcome.result, outcome.stats
+    return outcome.result, call.stats(0)
 
 
 def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None, device: torch.device) -> DistComm:
@@ -73,24 +72,22 @@ def _dist_comm(group: dist.ProcessGroup | None, timeout_s: float | None, device:
     key = (id(pg), timeout_s, str(device))
     comm = _COMMS.get(key)
     if comm is None or not comm.alive() or comm.pg is not pg:
-        comm = _COMMS[key] = DistComm(group, timeout_s=timeout_s, device=device)
+        comm = _COMMS[key] = dist_comm(group, timeout_s, device)
     return comm
 
 
-def _node_comms(comm: DistComm, group: dist.ProcessGroup | None, ranks_per_node: int,
-                timeout_s: float | None, intra: str = "auto") -> NodeComms | None:
+def _node_comms(config: SyncConfig, comm: DistComm, group: dist.ProcessGroup | None) -> NodeComms | None:
     """The sub-groups of two-level allreduce, made at the first call with this `ranks_per_node` (every rank
-    makes the same calls, so every rank creates them in the same order; both `intra` modes share them);
-    None for flat (1)."""
-    nodes_of(comm.world_size, ranks_per_node)
-    if ranks_per_node == 1:
-        return None
-    if group is not None:
-        raise ZenInputError("zen: ranks_per_node > 1 needs the default group: its node groups are made of all ranks")
-    key = (comm, ranks_per_node)
+    makes the same calls, so every rank creates them in the same order; every `intra` mode shares them, each
+    synchronizer with trials of its own); None for flat."""
+    key = (comm, config.ranks_per_node)
     if key not in _NODES:
-        _NODES[key] = dist_node_comms(ranks_per_node, timeout_s, device=comm.device)
-    return replace(_NODES[key], mode=intra)
+        nodes = dist_nodes(config, comm, group)
+        if nodes is None:
+            return None
+        _NODES[key] = nodes
+    check_nodes(config, comm.world_size, group)
+    return replace(_NODES[key], mode=config.intra)
 
 
 def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGroup | None = None, *,
@@ -109,13 +106,12 @@ def allreduce(tensor: torch.Tensor, scheme: str = "zen", group: dist.ProcessGrou
     default group only): two-level sync, dense inside each node of that many consecutive ranks, `scheme`
     across nodes (zen.twolevel; `intra`: its node steps, "auto" (timed at the first calls), "dense" or
     "sparse"). See `sync` for the rest."""
-    config = SyncConfig(scheme=scheme, options=frozen(options), ranks_per_node=ranks_per_node, intra=intra,
+    config = SyncConfig(scheme=scheme, options=options, ranks_per_node=ranks_per_node, intra=intra,
                         validate=validate, rows=rows, sparse_result=sparse_result)
     comm = _dist_comm(group, timeout_s, tensor.device)
     key = (config, comm)
     if key not in _SYNCS:
-        nodes = _node_comms(comm, group, ranks_per_node, timeout_s, intra)
-        _SYNCS[key] = Synchronizer(config, comm, nodes, strict_two_level=True)
+        _SYNCS[key] = build(config, comm, _node_comms(config, comm, group))
     return _one(_SYNCS[key], tensor, out, tag=tag)[0]
 
 
@@ -142,16 +138,10 @@ def simulate(scheme: str, tensors: Sequence[torch.Tensor], *, warmup: int = 0, s
     steps, "dense" as the paper's or "sparse" rows, zen.twolevel). `compress`
     (zen.compress) names a compressor of `density`, one per rank, that overwrites each rank's tensor with
     what it sends (every call: warm-up calls feed its residual)."""
-    P = len(tensors)
-    nodes_of(P, ranks_per_node)
-    config = SyncConfig(scheme=scheme, options=frozen(options), compress=compress, density=density,
-                        compress_options=frozen(compress_options), ranks_per_node=ranks_per_node, intra=intra,
-                        validate=validate, rows=rows, sparse_result=sparse_result, divisor=divisor)
-    group = SimGroup(P, timeout_s=timeout_s, seed=seed)
-    node_comms = sim_node_comms(group, ranks_per_node, intra) if ranks_per_node > 1 else None
-    syncers = [Synchronizer(config, SimComm(group, r, tensors[r].device),
-                            node_comms(r, tensors[r].device) if node_comms else None, strict_two_level=True)
-               for r in range(P)]
+    config = SyncConfig(scheme=scheme, options=options, compress=compress, density=density,
+                        compress_options=compress_options, compress_rows=True, ranks_per_node=ranks_per_node,
+                        intra=intra, validate=validate, rows=rows, sparse_result=sparse_result, divisor=divisor)
+    group, syncers = simulated(config, [t.device for t in tensors], timeout_s, seed)
 
     def rank_main(r: int) -> tuple[torch.Tensor, SyncStats]:
         out = outs[r] if outs is not None else None

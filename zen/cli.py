@@ -20,7 +20,7 @@ from zen.cli_args import UsageError
 COMMANDS = {
     "schemes": ("zen.cli_schemes", "list the registered synchronization schemes"),
     "build": ("zen.native.build", "build the native C++ (and CUDA) kernels"),
-    "kernels-bench": ("zen.bench.kernels", "hashing + encoding throughput of the native kernels"),
+    "kernels-bench": ("zen.kernels_bench", "hashing + encoding throughput of the native kernels"),
 }
 GROUP = "zen.commands"
 

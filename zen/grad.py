@@ -31,7 +31,6 @@ class LocalGrad:
     indices: torch.Tensor | None = None
     values: torch.Tensor | None = None
     bad_index: bool | torch.Tensor = False  # a 0-d bool tensor on the accelerator path (read by the check)
-    codes: tuple[torch.Tensor, ...] | None = None  # a quantizer's codes (zen.compress.base.GatherCodes)
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.indices is None:

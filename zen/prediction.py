@@ -1,7 +1,7 @@
 """Traffic predicted from the ranks' actual non-zero row sets, scheme by scheme.
 
 Each scheme's `predict(sets, layout)` returns what every rank will receive per phase; this module adds
-the input-validation metadata that `zen.sync` exchanges for every scheme, and derives the sets and the
+the input-validation metadata that the synchronizer (zen.core) exchanges for every scheme, and derives the sets and the
 wire layout from the tensors a simulation will use, so tests can hold measured bytes against it.
 """
 

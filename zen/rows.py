@@ -33,7 +33,7 @@ def add_messages(out: torch.Tensor, messages: list[tuple[torch.Tensor, torch.Ten
 def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
     """out[index] = values for distinct indices."""
     if index.numel() and not native.put_rows(out, index, values):
-        if out.shape[1] == 1:  # 1-D index_put_ is ~1.5x faster than index_copy_ of (1,)-row slices
+        if out.shape[1] == 1:  # 1-D index_put_ beats index_copy_ of (1,)-row slices
             out.view(-1).index_put_((index.long(),), values.reshape(-1))
         else:
             out.index_copy_(0, index.long(), values)
@@ -41,7 +41,7 @@ def put_rows(out: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> No
 
 def take_rows(out: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """out[index] as a new (len(index), D) tensor (int32 or int64 index)."""
-    if out.shape[1] == 1:  # as in put_rows: 1-D gathers are ~25% faster
+    if out.shape[1] == 1:  # as in put_rows: 1-D gathers are faster
         return out.view(-1).index_select(0, index).view(-1, 1)
     return out.index_select(0, index)
 

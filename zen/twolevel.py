@@ -54,6 +54,7 @@ from zen.device import Clock
 from zen.grad import LocalGrad, to_local_grad
 from zen.output import DenseOutput, Output, RowSet, RowsOutput, make_output, union_rows
 from zen.registry import Scheme
+from zen.route import Flat, sends_rows
 from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
 
 INTRA = "intra:"  # phases on a node's local link
@@ -179,9 +180,8 @@ class IntraTrial:
         within TIE of the fastest (node steps unless flat is clearly faster, as they spare the uplink, where
         bytes decide zen's own ties too; the paper's dense steps on a tie with sparse ones). The slowest
         rank's time is the call's length where the ranks start together (the step's end waits for it). The
-        fastest call at the fastest rank (zen's BP-or-HC rule) is a lower bound, and a noisy one: at 4 nodes x
-        2 ranks on 2 cores, where sparse node steps took 5-12% less than flat end to end, it chose them in 65%
-        of resampled 4-call trials, the slowest rank's median call in 90%."""
+        fastest call at the fastest rank (zen's BP-or-HC rule) is a lower bound, and a noisy one: one lucky call
+        decides it, where the median of the slowest rank's calls needs most of them to agree."""
         if self.chosen is not None:
             return
         self.calls[mode] += 1
@@ -244,18 +244,18 @@ def interleaved_rows(rows: int, shards: int, j: int) -> int:
     return max(rows - j + shards - 1, 0) // shards
 
 
-class TwoLevel:
+class TwoLevel(Flat):
     """A scheme across nodes wrapped into two-level sync: what the synchronizer runs for embedding rows
     when ranks_per_node > 1. Its node steps send dense shards (`intra="dense"`, the rank's rows are not
     extracted first), the rank's non-zero rows (`"sparse"`, extracted as they are sent), or, `"auto"`, the
-    fastest of those two and the scheme flat over all ranks for the tensor's size (`IntraTrial`)."""
+    fastest of those two and the scheme flat over all ranks for the tensor's size (`IntraTrial`). Its
+    messages are bounded by the shards (`comm.announced`), not by the tensor's rows."""
 
-    sparse_input = False  # the synchronizer extracts no rows ahead: dense node steps never need them
+    bounded_by_rows = False
 
     def __init__(self, inner: Scheme, nodes: NodeComms):
-        self.inner = inner
+        super().__init__(inner)
         self.nodes = nodes
-        self.name = getattr(inner, "name", "scheme")
 
     @staticmethod
     def refuse(tensor: torch.Tensor, sparse_result: bool) -> None:
@@ -265,11 +265,11 @@ class TwoLevel:
                                 "result; sync a sparse COO gradient flat")
 
     def takes_rows(self, grad: LocalGrad, comm: Communicator) -> bool:
-        """Whether this call sends the rank's non-zero rows (sparse node steps, or a sparse scheme flat): then the
-        synchronizer extracts them before the input check, whose NaN test reads those rows, not the dense
-        tensor (a whole extra read of it, 1.6 ms of a rank's 18 ms CPU a call at 2^23 and 1%)."""
+        """Whether this call sends the rank's non-zero rows (sparse node steps, or a sparse scheme flat): then
+        they are extracted before the input check, whose NaN test reads those rows, not the dense tensor (a
+        whole extra read of it)."""
         mode = self._trial(grad, comm).mode()
-        return mode == "sparse" or (mode == "flat" and getattr(self.inner, "sparse_input", True))
+        return mode == "sparse" or (mode == "flat" and super().takes_rows(grad, comm))
 
     def _trial(self, grad: LocalGrad, comm: Communicator) -> IntraTrial:
         return self.nodes.steps_for(self.name, grad, comm, scheme_settling(self.inner))
@@ -415,7 +415,7 @@ def _sync_shard(scheme: Scheme, shard: torch.Tensor, inter: Communicator, diviso
                 stats: SyncStats) -> torch.Tensor:
     """The node sums of one shard summed across nodes by `scheme`, in place in `shard` (rows: the shard's)."""
     grad = to_local_grad(shard, rows=True)
-    if getattr(scheme, "sparse_input", True):
+    if sends_rows(scheme):
         grad.rows()
     out = make_output(shard, grad, shard, divisor)
     scheme(grad, inter, out, stats)

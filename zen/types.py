@@ -35,6 +35,14 @@ class Traffic:
         self.received[phase] += int(received)
         self.calls[phase] += 1
 
+    def absorb(self, other: Traffic) -> None:
+        """Count `other`'s bytes, collectives, host reads and rounds in this record too."""
+        for mine, theirs in ((self.sent, other.sent), (self.received, other.received), (self.calls, other.calls)):
+            for phase, n in theirs.items():
+                mine[phase] += n
+        self.host_reads += other.host_reads
+        self.rounds += other.rounds
+
     def under(self, prefix: str) -> Traffic:
         """A view of this record that files every phase under `prefix` (e.g. "intra:"): a communicator of a
         sub-group counts into the call's record, its link class readable in the phase names."""

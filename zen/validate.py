@@ -60,22 +60,23 @@ def row_counts(parts: list[Checked] | None) -> list[int]:
     return (counts + [-1] * ANNOUNCED)[:ANNOUNCED]
 
 
-def local_summary(parts: list[Checked], check_finite: bool = True) -> list[int] | torch.Tensor:
+def local_summary(parts: list[Checked], nonfinite: str = "raise") -> list[int] | torch.Tensor:
     """8 integers saying what this rank is about to sync: a code per descriptive field (over every part),
-    then whether any part holds a NaN / Inf (only with `check_finite`) or an out-of-range sparse index, and
+    then whether any part holds a NaN / Inf (only with `nonfinite="raise"`) or an out-of-range sparse index, and
     0 (the rank's local checks passed); then `row_counts`. On the accelerator path a tensor there, the
     verdicts computed without a host read (the all-gather's one read brings them)."""
     codes = [_code(_describe_all(name, parts)) for name in FIELDS[:5]]
     device = parts[0][0].device if parts else torch.device("cpu")
+    raising = nonfinite == "raise"
     if not accelerated(device):
-        non_finite = check_finite and not all(
+        non_finite = raising and not all(
             all_finite(grad.values if grad.indices is not None else grad.dense) for grad, _, _ in parts)
         return [*codes, int(non_finite), int(any(bool(grad.bad_index) for grad, _, _ in parts)), 0,
                 *row_counts(parts)]
     ok = torch.ones((), dtype=torch.bool, device=device)
     bad = torch.zeros((), dtype=torch.bool, device=device)
     for grad, _, _ in parts:
-        if check_finite:
+        if raising:
             ok = ok & finite_flag(grad.values if grad.indices is not None else grad.dense)
         bad = bad | torch.as_tensor(grad.bad_index, device=device)
     flags = torch.stack([~ok, bad, torch.zeros((), dtype=torch.bool, device=device)]).to(torch.int64)
@@ -83,12 +84,12 @@ def local_summary(parts: list[Checked], check_finite: bool = True) -> list[int] 
                       torch.tensor(row_counts(parts), dtype=torch.int64).to(device)])
 
 
-def check_parts(parts: list[Checked] | None, comm: Communicator, check_finite: bool = True) -> list[list[int] | None]:
+def check_parts(parts: list[Checked] | None, comm: Communicator, nonfinite: str = "raise") -> list[list[int] | None]:
     """One check for several tensors synced back to back (a DDP bucket's parts): all-gather a summary per rank
     (phase 'meta') and raise ZenInputError on every rank on any issue. `parts=None`: this rank failed its local
     checks (it raises its own error; the others learn that it did). Returns each part's row count on every rank
     where every rank announced one (else None): the counts every rank now agrees on."""
-    mine = local_summary(parts, check_finite) if parts is not None else [0] * (len(FIELDS) - 1) + [1, *row_counts(None)]
+    mine = local_summary(parts, nonfinite) if parts is not None else [0] * (len(FIELDS) - 1) + [1, *row_counts(None)]
     table = comm.all_gather_fixed(mine)
     failed = [r for r, row in enumerate(table) if row[7]]
     if failed:

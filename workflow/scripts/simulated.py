@@ -20,7 +20,7 @@ import pandas as pd
 
 PROVENANCE = "provenance.json"
 # What a simulation's numbers depend on: a change here since its commit makes it stale.
-SOURCES = ("simulator", "baselines", "workloads", "zen/algorithms", "zen/sync", "zen/comm", "zen/encodings",
+SOURCES = ("simulator", "baselines", "workloads", "zen/algorithms", "zen/core", "zen/comm", "zen/encodings",
            "zen/compress")
 
 

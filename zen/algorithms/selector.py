@@ -9,19 +9,19 @@ messages' latency. Which BP
 (hash or ranges) and which HC (HC, or its all-gather where overlap saves less than TIE) are settled by that
 prediction alone (`plans.families`); on a simulated group, whose clock means nothing, so is BP against HC.
 
-Bytes are the verdict where the network is the bottleneck; where local work competes (ranks sharing cores, a
-slow decode of many partitions) they can mislead: at 8 ranks on 2 cores BP moves 22% fewer bytes than HC yet
-takes 1.7x longer. So by default (`select="time"`) on real backends the HC side is also timed: after the
-measuring BP calls, `trial_iters` calls of each of its id encodings run, each rank all-gathers the fastest of
-each, and the one slower at its fastest rank loses; within TIE the prediction decides. With `hc_ids="auto"` (the
-default) both encodings are timed and plain COO ids are kept only where faster by more than TIE, so where bytes
-are nearly free (ranks sharing cores on loopback) HC does not pay for a coding it does not need.
-The fastest of several, not one call each: a call that met a busy core (a DDP hook's
-call overlaps backward) would otherwise settle the choice for good. The fastest rank, not the slowest: a
-rank's time includes waiting for the others to arrive (in a DDP hook, how far apart the ranks' backward
-passes are), which no path changes; the rank that arrived last waited least, so its time is the path's own,
-which is what a step's end waits for after the last rank is ready. On a GPU the calls are timed with CUDA events
-on the lane's stream (zen.device.Clock), not the host's clock, which would see only the time to enqueue them.
+Bytes are the verdict where the network is the bottleneck; where local work competes (ranks sharing cores, a slow
+decode of many partitions) they can mislead: BP can move fewer bytes than HC and still take longer, as its decode
+of P partitions competes with the other ranks for the cores. So by default (`select="time"`) on real backends the
+HC side is also timed: after the measuring BP calls, `trial_iters` calls of each of its id encodings run, each
+rank all-gathers the fastest of each, and the one slower at its fastest rank loses; within TIE the prediction
+decides. With `hc_ids="auto"` (the default) both encodings are timed and plain COO ids are kept only where faster
+by more than TIE, so where bytes are nearly free (ranks sharing cores on loopback) HC does not pay for a coding it
+does not need. The fastest of several, not one call each: a call that met a busy core (a DDP hook's call overlaps
+backward) would otherwise settle the choice for good. The fastest rank, not the slowest: a rank's time includes
+waiting for the others to arrive (in a DDP hook, how far apart the ranks' backward passes are), which no path
+changes; the rank that arrived last waited least, so its time is the path's own, which is what a step's end waits
+for after the last rank is ready. On a GPU the calls are timed with CUDA events on the lane's stream
+(zen.device.Clock), not the host's clock, which would see only the time to enqueue them.
 """
 
 from __future__ import annotations
@@ -51,11 +51,10 @@ Scheme = BalancedParallelism | HierarchicalCentralization | GatherRows
 @register_scheme("zen")
 class ZenAuto:
     """Measures during the first `measure_iters` calls per tensor size (as BP), then, with `select="time"` on a
-    real backend, times `trial_iters` calls of each HC encoding; keeps the choice. More
-    calls choose more surely where the variants are close (at 4 ranks on 2 cores, 2^24 and 1%, the fastest of
-    two kept the gap-coded ids in one of three launches, 37.3 ms a call against 33.7 for zen-hc's plain ids;
-    with four, plain ids in three of three), but every call of the trial is one a short benchmark times: the
-    training cells time steps 4-12, so the default stays at two. Every rank decides from the same all-gathered
+    real backend, times `trial_iters` calls of each HC encoding; keeps the choice. More calls choose more surely
+    where the variants are close (two calls' fastest can pick the slower of two encodings a few percent apart, as
+    call times on shared cores vary more than that), but every call of the trial is one a short benchmark times:
+    the training cells time steps 4-12, so the default stays at two. Every rank decides from the same all-gathered
     numbers. `hc_ids`: how HC's (and its all-gather's) messages carry their ids, "gaps" (zen.gaps: a compressed
     part's rows cost 5 bytes, not 8), "coo" (the paper's) or "auto" (both timed on a real backend; gaps where
     nothing is timed, as in the simulated group). `choice` fixes a plan (plans.PLANS)."""

@@ -288,7 +288,7 @@ class DistComm(Communicator):
 
     def _bruck_all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Bruck's all-gather, point to point: ceil(log2 P) rounds where gloo's ring takes P - 1, and every round
-        a wake-up of each rank (8 ranks on 2 cores: half the latency of an input check). Round i sends the
+        a wake-up of each rank (what an input check waits for where ranks share cores). Round i sends the
         rows gathered so far to rank r - 2^i and gets as many from rank r + 2^i; its own tag and fixed size
         (the same on every rank) keep the rounds of calls that are out of step from pairing up. gloo only:
         NCCL ignores tags and runs a pair's operations in order."""

@@ -2,8 +2,8 @@
 
 Why: a thread posting a gloo send or receive holds its pair's lock, and gloo's loop only try-locks a pair and
 calls epoll_wait again when that fails, so an EPOLLIN that arrives meanwhile makes it spin. With more ranks
-than cores the holder is often preempted right then, by another rank's loop woken by the bytes it just wrote:
-4 ranks on 2 cores made 4.7 million epoll_wait calls in 5 s, a fifth of all CPU. A SCHED_BATCH thread still
+than cores the holder is often preempted right then, by another rank's loop woken by the bytes it just wrote,
+and the spinning loops take CPU the ranks need. A SCHED_BATCH thread still
 runs at normal weight but does not preempt on wake-up. Linux only. It changes the scheduling policy of
 threads of the calling process, so the library never applies it on its own: the harness's ranks do
 (harness.launch, and the hook with `gloo_batch=True`), ZEN_GLOO_BATCH=0 turning it off there.
@@ -34,11 +34,8 @@ def _gloo_loop_threads() -> list[int]:
 def calm_gloo_event_loop() -> int:
     """Put this process's gloo event-loop threads under SCHED_BATCH; returns how many now are.
 
-    Why: a thread posting a gloo send or receive holds its pair's lock, and gloo's loop only try-locks a pair
-    and calls epoll_wait again when that fails, so an EPOLLIN that arrives meanwhile makes it spin. With
-    more ranks than cores the holder is often preempted right then, by another rank's loop woken by the
-    bytes it just wrote: 4 ranks on 2 cores made 4.7 million epoll_wait calls in 5 s, a fifth of all CPU.
-    A SCHED_BATCH thread still runs at normal weight but does not preempt on wake-up. Linux only."""
+    Why: see the module docstring (gloo's loops spin on a pair whose lock a preempted sender holds). Linux
+    only."""
     calmed = 0
     for tid in _gloo_loop_threads():
         try:

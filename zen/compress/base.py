@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -22,18 +21,9 @@ import torch
 from zen.comm.base import Communicator
 from zen.grad import LocalGrad
 from zen.output import Output
+from zen.registry import Scheme
+from zen.route import Flat, PartContext
 from zen.types import PhaseBytes, SyncStats, WireLayout, ZenInputError
-
-
-@dataclass(frozen=True)
-class PartContext:
-    """Where a part stands: `key` names its parameters on this rank (the residual's key), `tag` is the same
-    on every rank (seeds for choices that must agree), `step` counts optimizer steps, `world` ranks."""
-
-    key: Hashable
-    tag: int
-    step: int
-    world: int
 
 
 class Compressor(ABC):
@@ -42,7 +32,7 @@ class Compressor(ABC):
     `density` is the share of a part's elements a sparsifier keeps (a quantizer ignores it)."""
 
     name: ClassVar[str]
-    own_exchange: ClassVar[bool] = False  # True: its codes travel by `GatherCodes`, not the configured scheme
+    own_exchange: ClassVar[bool] = False  # True: its codes travel by their own all-gather (`Quantized`), not the scheme
 
     def __init__(self, density: float = 0.05) -> None:
         if not 0 < density <= 1:
@@ -108,6 +98,10 @@ class Compressor(ABC):
         elsewhere; `src` may be `flat`) and leave `res`. Returns the sent (ascending ids, values)."""
         return send(src, res, flat, lambda acc: self.select(acc, ctx))
 
+    def wrap(self, inner: Scheme) -> Compressed:
+        """The scheme `inner` run on this compressor's choice (a part's route, zen.route)."""
+        return Compressed(self, inner)
+
     def keep(self, numel: int, ctx: PartContext) -> int:
         """Elements to keep of a part of `numel` (at least one)."""
         return max(1, min(numel, math.ceil(self.density * numel)))
@@ -120,25 +114,28 @@ class Compressor(ABC):
 class Quantizer(Compressor):
     """A compressor that sends every element in a code that cannot be summed as it is: its own exchange
     all-gathers the codes (phase `gather`) and every rank decodes and adds them in rank order with the
-    sender's arithmetic, so the sum is exact and the same bits on every rank. A quantizer gives `_quantize`
+    sender's arithmetic, so the sum is exact and the same bits on every rank. A quantizer gives `quantize`
     (overwrite the part with the decoded codes, keep the rest as residual, return the codes), `decode` and
     `predict`."""
 
     own_exchange = True
 
     def compress(self, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
-        """Overwrite `tensor` with what the codes decode to; as dense rows (every element is sent) carrying
-        the codes for `GatherCodes`."""
-        codes = self._quantize(tensor, ctx)
-        return LocalGrad(tensor.numel(), 1, tensor.dtype, tensor.device, dense=tensor.view(-1, 1), codes=codes)
+        """Overwrite `tensor` with what its codes decode to; as dense rows (every element is sent)."""
+        self.quantize(tensor, ctx)
+        return dense_rows(tensor)
+
+    def wrap(self, inner: Scheme) -> Compressed:
+        return Quantized(self, inner)
 
     @abstractmethod
-    def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, ...]:
-        """`compress`'s work; returns the codes as they travel."""
+    def quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, ...]:
+        """Overwrite `tensor` with what its codes decode to, keep the rest as the residual; returns the codes
+        as they travel."""
 
     @abstractmethod
     def decode(self, codes: tuple[torch.Tensor, ...], numel: int, dtype: torch.dtype) -> torch.Tensor:
-        """The values a rank's codes stand for (what its `_quantize` wrote back)."""
+        """The values a rank's codes stand for (what its `quantize` wrote back)."""
 
     @abstractmethod
     def predict(self, world_size: int, numel: int) -> dict[str, int]:
@@ -146,21 +143,42 @@ class Quantizer(Compressor):
         schemes)."""
 
 
-class GatherCodes:
-    """A quantizer's exchange as a scheme: all-gather every rank's codes (phase `gather`) and add what they
-    decode to in rank order, with the sender's arithmetic: exactly the sum of the ranks' quantized values,
-    the same bits on every rank."""
+def dense_rows(tensor: torch.Tensor) -> LocalGrad:
+    """`tensor` as rows of width 1, every element sent."""
+    return LocalGrad(tensor.numel(), 1, tensor.dtype, tensor.device, dense=tensor.view(-1, 1))
 
-    name = "gather_codes"
-    sparse_input = False
 
-    def __init__(self, quantizer: Compressor):
-        assert isinstance(quantizer, Quantizer)
+class Compressed(Flat):
+    """A scheme on a compressor's choice: the part's buffer is overwritten with exactly what the compressor
+    sends, and `inner` synchronizes those rows (already extracted), so the sum is exactly the ranks' choices."""
+
+    def __init__(self, compressor: Compressor, inner: Scheme):
+        super().__init__(inner)
+        self.compressor = compressor
+
+    def prepare(self, tensor: torch.Tensor, rows: bool, ctx: PartContext, comm: Communicator) -> LocalGrad:
+        return compress_part(self.compressor, tensor, ctx)
+
+
+class Quantized(Compressed):
+    """A quantizer's codes cannot be summed in their encoding, so they do not go through `inner`: one
+    all-gather of every rank's codes (phase `gather`), then every rank adds what they decode to in rank order,
+    with the sender's arithmetic: exactly the sum of the ranks' quantized values, the same bits on every rank.
+    One object per part and call: it holds the rank's codes from `prepare` to the exchange."""
+
+    def __init__(self, quantizer: Quantizer, inner: Scheme):
+        super().__init__(quantizer, inner)
+        self.name = "gather_codes"
         self.quantizer = quantizer
+        self.codes: tuple[torch.Tensor, ...] = ()
+
+    def prepare(self, tensor: torch.Tensor, rows: bool, ctx: PartContext, comm: Communicator) -> LocalGrad:
+        refuse_sparse(tensor)
+        self.codes = self.quantizer.quantize(tensor, ctx)
+        return dense_rows(tensor)
 
     def __call__(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
-        assert grad.codes is not None
-        gathered = comm.all_gather_v(grad.codes, phase="gather")
+        gathered = comm.all_gather_v(self.codes, phase="gather")
         flat = out.buffer.view(-1)
         flat.zero_()
         for codes in gathered:
@@ -168,6 +186,17 @@ class GatherCodes:
 
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         return [self.quantizer.predict(layout.world_size, layout.rows * layout.width) for _ in sets]
+
+
+def refuse_sparse(tensor: torch.Tensor) -> None:
+    if tensor.layout != torch.strided:
+        raise ZenInputError("a compressor needs a dense tensor")
+
+
+def compress_part(compressor: Compressor, tensor: torch.Tensor, ctx: PartContext) -> LocalGrad:
+    """The compressor's choice for a part (it overwrites the part): a ZenInputError for a COO tensor."""
+    refuse_sparse(tensor)
+    return compressor.compress(tensor, ctx)
 
 
 def sorted_ids(ids: torch.Tensor) -> torch.Tensor:

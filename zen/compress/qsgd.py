@@ -29,7 +29,7 @@ class QSGD(Quantizer):
             raise ZenInputError(f"qsgd bucket must be >= 1, got {bucket}")
         self.levels, self.bucket, self.seed = levels, bucket, seed
 
-    def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, torch.Tensor]:
+    def quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, torch.Tensor]:
         """`compress`'s work; returns the codes (one byte per element) and the buckets' scales (norm / s)."""
         flat = tensor.view(-1)
         acc = self._accumulate(flat, ctx)

@@ -32,7 +32,7 @@ def unpack_signs(packed: torch.Tensor, numel: int, dtype: torch.dtype) -> torch.
 
 @register_compressor("sign")
 class ScaledSign(Quantizer):
-    def _quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, torch.Tensor]:
+    def quantize(self, tensor: torch.Tensor, ctx: PartContext) -> tuple[torch.Tensor, torch.Tensor]:
         """scale x sign of the error-compensated gradient into `tensor`; returns (packed signs, scale)."""
         flat = tensor.view(-1)
         acc = self._accumulate(flat, ctx)

@@ -5,7 +5,7 @@ Usage: `ddp.register_comm_hook(ZenHookState(scheme="zen", sparse_params=model), 
 The hook returns at once with a Future that completes when its bucket is synchronized. A bucket is a job
 for one of the communication lanes (bucket index modulo lanes, the same on every rank): each lane is a
 thread (zen.ddp.worker) with a process group, a communication stream (zen.device) and a synchronizer
-(zen.sync) of its own, running its buckets in DDP's order. So DDP's own collectives (e.g.
+(zen.core) of its own, running its buckets in DDP's order. So DDP's own collectives (e.g.
 find_unused_parameters' bitmap all-reduce from the autograd thread) cannot interleave with ours. On gloo,
 `lanes` buckets can be in flight at once, as gloo's two threads run DDP's built-in all-reduces; on NCCL one
 lane issues everything in bucket order (operations of two communicators issued in a rank-dependent order can
@@ -21,7 +21,7 @@ overlap). Errors and timeouts fail the futures, so `loss.backward()` raises on e
 un-averaged; like DDP's own allreduce hook we return the mean unless `average=False`. Scheme state is keyed
 by the part's parameters, not the bucket index, so DDP's bucket rebuild after iteration 1 is harmless. Every
 bucket is one call on its lane's communicator (zen.comm.base): its headers carry the call number and the
-code of the hook's configuration (zen.sync.SyncConfig), so a rank configured differently raises at once on
+code of the hook's configuration (zen.core.SyncConfig), so a rank configured differently raises at once on
 every rank; tensor sizes are taken as agreed (DDP verified the parameters' shapes across ranks when it was
 built and gives every rank the same buckets), so a dense part needs no size header.
 No `from __future__ import annotations` here: DDP's register_comm_hook compares the hook's annotations
@@ -37,14 +37,13 @@ import torch.distributed as dist
 from torch import nn
 
 from zen.comm.dist import DistComm, group_timeout_for, timeout_seconds
-from zen.compress import Compressor, make_compressor
+from zen.compress import Compressor
+from zen.core import Part, SyncConfig, Synchronizer
+from zen.core.build import agree_nodes, build, check_nodes, compressor_for, dist_comm, dist_nodes
 from zen.ddp.router import BucketRouter, embedding_params
 from zen.ddp.worker import CommWorker, Fault, settle
 from zen.device import Clock, Stream, join, on, result_future
 from zen.registry import make_scheme
-from zen.sync import Part, SyncConfig, Synchronizer
-from zen.sync.config import frozen
-from zen.twolevel import NodeComms, dist_node_comms, nodes_of
 from zen.types import SyncStats, ZenCommError, ZenInputError
 
 T = TypeVar("T")
@@ -92,42 +91,85 @@ class Lane:
 @dataclass
 class HookRuntime:
     """What the hook keeps between calls (not settings): the router, the configuration every rank agrees on,
-    the lanes (made at the first bucket), the shared compressor, the step's record, the fault of all lanes."""
+    the lanes (opened at the first bucket), the shared compressor, the step's number and records, the fault of
+    all lanes."""
 
     config: SyncConfig
     router: BucketRouter
     compressor: Compressor | None
-    lanes: list[Lane] = field(default_factory=list)
+    opened: list[Lane] = field(default_factory=list)  # the lanes, opened at the first bucket
     fault: Fault = field(default_factory=Fault)
-    step: StepRecord = field(default_factory=StepRecord)
+    step: int = 0  # the step under way (optimizer steps whose last bucket the hook has seen)
+    record: StepRecord = field(default_factory=StepRecord)  # that step's record
+    last_step: StepRecord = field(default_factory=StepRecord)  # the last finished step's record
     keys: set[Any] = field(default_factory=set)
 
 
 @dataclass
 class ZenHookState:
-    """The hook's settings (the fields users set), its step counter and last step's record; the runtime
-    (lanes, router, compressor) lives in one private object.
+    """The hook's settings, one field each (what it trades, its default, when to change it). What the hook keeps
+    between calls (lanes, router, compressor, the step's number and record) is its `HookRuntime`, apart; the
+    step's number and the last step's record read through `iteration` and `last_step`.
 
-    `sparse_params`: the embeddings, as modules (every nn.Embedding / nn.EmbeddingBag inside, torchrec's collections
-    included) and/or parameters; their rows go through `scheme`, everything else through dense allreduce. None:
-    every bucket whole through `scheme`, flat. The cross-rank input check (one small all-gather per bucket, a round
-    trip) runs on the first two steps, around DDP's bucket rebuild, then every `check_every` steps (0: no more), and
-    on every step with `nonfinite="raise"`; `validate=False`: never. DDP gives every rank the same buckets, so what
-    it catches later is rare (a rank configured differently from the start is caught at once); between checks a
-    bucket's messages are bounded by its rows, so gloo exchanges still take one round
-    (zen.sync.synchronizer.row_bound). `nonfinite`: "pass" sums NaN / Inf like DDP's allreduce does
-    (torch.amp.GradScaler needs to see them), "raise" makes them a ZenInputError on every rank. `lanes`: buckets in
-    flight at once on gloo (NCCL: one). `asynchronous=False` runs each bucket inside the hook call (no overlap with
-    backward). `compress` names a compressor (zen.compress: "topk", "dgc", "randomk", "sign", "qsgd") of `density`
-    (and `compress_options`) for every dense part, and with `compress_rows` for the embedding rows too (else those
-    keep their natural sparsity); the result is the mean of what the ranks' compressors chose, exactly, and each
-    part's residual norm is in its stats (`extra["residual_norm"]`). `ranks_per_node` > 1 (it must divide the world
-    size; the default group only): the embedding rows take the two-level path (zen.twolevel: dense inside each node
-    of that many consecutive ranks, `scheme` across nodes); dense parts, compressed parts and COO gradients stay
-    flat over all ranks; `intra`: the node steps, "auto" (the faster of dense and sparse, timed at each part size's
-    first calls), "dense" or "sparse" (for a node link not much faster than the uplink). `gloo_batch`: put gloo's
-    event-loop threads of the hook's groups under SCHED_BATCH (zen.comm.scheduling; it changes this process's
-    threads, so it is opt-in)."""
+    What goes through the scheme:
+
+    - `scheme` ("zen"): the scheme of the embedding rows (zen.schemes()); `options` ({}): its keyword options
+      (zen's `hc_ids`, ...). Change it to compare a baseline; unknown names and bad options fail here.
+    - `sparse_params` (None): the embeddings, as modules (every nn.Embedding / nn.EmbeddingBag inside,
+      torchrec's collections included) and/or parameters; their rows go through `scheme`, everything else
+      through dense all-reduces that overlap them. None: every bucket whole through `scheme`, flat (the paper's
+      view of a bucket). Give it for any model with tables: the dense parameters gain nothing from a sparse
+      scheme and then do not wait for it.
+    - `average` (True): the mean over ranks, as DDP's own hook returns; False: the sum (an optimizer that divides
+      itself).
+    - `group` (None: the default group): the ranks to sum over. A group given is used as it is, with one lane
+      (no groups of the hook's own) and no two-level sync.
+
+    The input check (one small all-gather per bucket, a round trip):
+
+    - `validate` (True): False never checks, saving the round trip on the first steps; a rank configured
+      differently is then still caught by the call's headers, but a tensor that differs is not.
+    - `check_every` (100): after the first two steps (around DDP's bucket rebuild) the check runs every that many
+      steps; 0: never again. DDP gives every rank the same buckets, so what a later check catches is rare, and
+      between checks a bucket's messages are bounded by its rows (gloo exchanges still take one round,
+      zen.core.synchronizer.row_bound). Lower it while debugging a model whose parameters change shape.
+    - `nonfinite` ("pass"): "pass" sums NaN / Inf like DDP's all-reduce does (torch.amp.GradScaler needs to see
+      them); "raise" makes them a ZenInputError on every rank, and then checks every step (a round trip each).
+
+    How the buckets travel:
+
+    - `lanes` (2): buckets in flight at once on gloo, each lane a thread with a process group of its own; more
+      lanes overlap more of backward on a link with latency to hide, at one more process group each. NCCL and a
+      given `group` use one (operations of two communicators issued in a rank-dependent order can deadlock).
+    - `asynchronous` (True): buckets run on their lane while backward goes on; False runs each inside the hook
+      call, on backward's thread (no overlap; needed where several hooks share one group, as torchrec's wrapper
+      does, so every rank issues their collectives in one order).
+    - `timeout_s` (None: $ZEN_TIMEOUT_S, else 300 s): how long any wait for a peer lasts before a ZenCommError on
+      every rank. Raise it for a first step that compiles or loads for long; lower it to fail fast in tests.
+    - `gloo_batch` (False): put gloo's event-loop threads of the hook's groups under SCHED_BATCH
+      (zen.comm.scheduling): fewer wake-ups where ranks share cores; opt-in, as it changes this process's threads.
+
+    Compression of dense gradients (zen.compress):
+
+    - `compress` (None): a compressor ("topk", "dgc", "randomk", "sign", "qsgd") for every dense part: the result
+      is the mean of what the ranks' compressors chose, exactly, what they left out kept as a residual for later
+      steps (each part's residual norm in its stats, `extra["residual_norm"]`). Trades convergence per step for
+      bytes: use it where dense parameters dominate the traffic.
+    - `density` (0.05): the share of a part's elements a sparsifier sends (a quantizer ignores it); lower sends
+      fewer bytes and leaves more in the residual.
+    - `compress_options` ({}): the compressor's own options (DGC's momentum, a seed, ...).
+    - `compress_rows` (False): the embedding rows through the compressor too; else they keep their natural
+      sparsity, which is exact and usually already small.
+
+    Nodes of several ranks (zen.twolevel):
+
+    - `ranks_per_node` (1): > 1 (dividing the world size; the default group only) sends the embedding rows the
+      two-level way: summed inside each node of that many consecutive ranks over its fast link, `scheme` across
+      nodes, so rows the node's ranks share cross the uplink once. Dense parts, compressed parts and COO gradients
+      stay flat. Set it to the GPUs per machine where the machines' link is the slow one.
+    - `intra` ("auto"): the node steps: "auto" times dense, sparse and none at each part size's first calls and
+      keeps the fastest; "dense" (the paper's) or "sparse" (for a node link not much faster than the uplink) fix
+      them and skip the trial."""
 
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
@@ -147,27 +189,24 @@ class ZenHookState:
     ranks_per_node: int = 1
     intra: str = "auto"
     gloo_batch: bool = False
-    iteration: int = 0
-    last_step: StepRecord = field(default_factory=StepRecord)
     _runtime: HookRuntime | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.check_every < 0:
-            raise ZenInputError(f"check_every must be >= 0 (0: never), got {self.check_every}")
         if self.timeout_s is not None:
             timeout_seconds(self.timeout_s)
         if self.lanes < 1:
             raise ZenInputError(f"lanes must be >= 1, got {self.lanes}")
         config = SyncConfig(
-            scheme=self.scheme, options=frozen(self.options), compress=self.compress, density=self.density,
-            compress_options=frozen(self.compress_options), compress_rows=self.compress_rows,
-            ranks_per_node=self.ranks_per_node, intra=self.intra, validate=self.validate, nonfinite=self.nonfinite,
-            extra=frozen({"hook": True, "check_every": self.check_every, "average": self.average}))
-        self._check_ranks_per_node()
+            scheme=self.scheme, options=self.options, compress=self.compress, density=self.density,
+            compress_options=self.compress_options, compress_rows=self.compress_rows or self.sparse_params is None,
+            ranks_per_node=self.ranks_per_node, intra=self.intra, flat_fallback=True, validate=self.validate,
+            check_every=self.check_every, nonfinite=self.nonfinite, sizes_agreed=True,
+            extra={"average": self.average})
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+        check_nodes(config, world, self.group)  # else the world is checked when the lanes are made
         make_scheme(self.scheme, **self.options)  # unknown names and bad options fail here, not inside backward
-        compressor = make_compressor(self.compress, self.density, **self.compress_options) if self.compress else None
         router = BucketRouter(None if self.sparse_params is None else embedding_params(self.sparse_params))
-        self._runtime = HookRuntime(config, router, compressor)
+        self._runtime = HookRuntime(config, router, compressor_for(config))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -179,13 +218,19 @@ class ZenHookState:
         assert self._runtime is not None, "a ZenHookState unpickled without its runtime: build a new one"
         return self._runtime
 
-    def _check_ranks_per_node(self) -> None:
-        """ZenInputError (alike on every rank) for a ranks_per_node the world cannot be cut into."""
-        if self.ranks_per_node > 1 and self.group is not None:
-            raise ZenInputError("zen: ranks_per_node > 1 needs the default group (group=None): its node groups "
-                                "are made of all ranks")
-        if dist.is_available() and dist.is_initialized():  # else checked when the lanes are made
-            nodes_of(dist.get_world_size(), self.ranks_per_node)
+    @property
+    def iteration(self) -> int:
+        """The step under way: optimizer steps the hook has seen end (its last bucket)."""
+        return self.runtime.step
+
+    @iteration.setter
+    def iteration(self, step: int) -> None:
+        self.runtime.step = step
+
+    @property
+    def last_step(self) -> StepRecord:
+        """What the last finished step's synchronization did (per part its stats; busy time)."""
+        return self.runtime.last_step
 
     def bytes_received_last_step(self) -> int:
         return self.last_step.bytes_received()
@@ -195,22 +240,21 @@ class ZenHookState:
         first bucket), each with a process group of its own over `group`'s ranks (and, two-level, sub-groups
         of its own, made once every rank is known to want the same ones)."""
         rt = self.runtime
-        if not rt.lanes:
+        if not rt.opened:
             device = bucket.buffer().device
             timeout = group_timeout_for(timeout_seconds(self.timeout_s))  # Zen's deadline ends before its watchdog
             first = self._created(lambda: self.group if self.group is not None else dist.new_group(timeout=timeout))
-            comms = [DistComm(first, timeout_s=self.timeout_s, device=device)]
+            comms = [dist_comm(first, self.timeout_s, device)]
             count = 1 if self.group is not None or comms[0].rules.ordered else self.lanes
             for _ in range(count - 1):
-                comms.append(DistComm(self._created(lambda: dist.new_group(timeout=timeout)),
-                                      timeout_s=self.timeout_s, device=device))
-            self._agree_ranks_per_node(comms[0])
-            rt.lanes = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
+                comms.append(dist_comm(self._created(lambda: dist.new_group(timeout=timeout)), self.timeout_s, device))
+            agree_nodes(rt.config, comms[0])
+            rt.opened = [self._new_lane(k, comm) for k, comm in enumerate(comms)]
             if self.gloo_batch:
                 from zen.comm.scheduling import calm_gloo
 
                 calm_gloo(comms[0].backend)
-        return rt.lanes[bucket.index() % len(rt.lanes)]
+        return rt.opened[bucket.index() % len(rt.opened)]
 
     def _created(self, make: Callable[[], T]) -> T:
         """`make()` (process groups): a peer that never reaches its first bucket is a ZenCommError."""
@@ -220,41 +264,28 @@ class ZenHookState:
             raise ZenCommError(f"zen: the hook's process group could not be created (a peer missing or late "
                                f"by more than {timeout_seconds(self.timeout_s):.0f}s): {exc}") from exc
 
-    def _agree_ranks_per_node(self, comm: DistComm) -> None:
-        """Two-level: every rank must make the same sub-groups, so they compare ranks_per_node first (a rank
-        with 1 meets this gather with its first bucket's call instead: misaligned calls, a ZenCommError)."""
-        if self.ranks_per_node == 1:
-            return
-        nodes_of(comm.world_size, self.ranks_per_node)
-        seen = [row[0] for row in comm.all_gather_fixed([self.ranks_per_node])]
-        if len(set(seen)) > 1:
-            raise ZenInputError(f"zen: rank {comm.rank}: ranks_per_node differs across ranks ({seen})")
-
     def _new_lane(self, k: int, comm: DistComm) -> Lane:
         rt = self.runtime
-        nodes: NodeComms | None = None
-        if self.ranks_per_node > 1:
-            nodes = self._created(lambda: dist_node_comms(self.ranks_per_node, self.timeout_s, self.intra,
-                                                          device=comm.device))
-        syncer = Synchronizer(rt.config, comm, nodes, compressor=rt.compressor, on_issue=rt.fault.track)
+        nodes = self._created(lambda: dist_nodes(rt.config, comm, self.group))
+        syncer = build(rt.config, comm, nodes, compressor=rt.compressor, on_issue=rt.fault.track)
         worker = CommWorker(name=f"zen-comm-{k}", device=comm.device, fault=rt.fault)
         return Lane(comm, worker, Stream(comm.device), syncer)
 
     def check_due(self) -> bool:
-        periodic = self.check_every > 0 and self.iteration % self.check_every == 0
-        return self.validate and (self.iteration < 2 or periodic or self.nonfinite == "raise")
+        """Whether this step's buckets run the cross-rank input check."""
+        return self.runtime.config.check_due(self.iteration)
 
 
 def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """hook(state, bucket) -> Future of the synchronized bucket buffer (COO for a sparse gradient)."""
     rt = state.runtime
     parts = rt.router.split(bucket)
-    record, check, lane = rt.step, state.check_due(), state.lane(bucket)
+    record, lane = rt.record, state.lane(bucket)
     tag = (state.iteration, bucket.index())  # a skipped step or bucket shows in the headers
     done = result_future(lane.comm.device)
     mark = lane.stream.mark()  # backward's writes of this bucket, on DDP's stream
     rt.keys.update(p.key for p in parts)
-    job = BucketJob(state, lane, bucket.buffer(), parts, record, check, tag, mark, done)
+    job = BucketJob(state, lane, bucket.buffer(), parts, record, tag, mark, done)
 
     if state.asynchronous:
         lane.worker.submit(job.run, done, inline_if_idle=bucket.is_last(),
@@ -267,8 +298,8 @@ def ddp_hook(state: ZenHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     if bucket.is_last():
         if rt.compressor is not None:  # DDP rebuilt its buckets: the old parts' residuals go
             rt.compressor.prune(rt.keys)
-        state.iteration += 1
-        state.last_step, rt.step, rt.keys = record, StepRecord(), set()
+        rt.step += 1
+        rt.last_step, rt.record, rt.keys = record, StepRecord(), set()
     return done.then(_unwrap)
 
 
@@ -284,16 +315,15 @@ def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
 @dataclass
 class BucketJob:
     """One bucket's synchronization, as its lane runs it: the synchronizer's call over the bucket's parts (one
-    input check for all of them, if due) on the lane's stream after backward's writes of the bucket (`mark`),
-    then `done` once the dense parts' all-reduces have completed too (zen.ddp.worker.settle). `tag` (the step
-    and the bucket's index) names the call in its headers."""
+    input check for all of them, when the configuration says it is due) on the lane's stream after backward's
+    writes of the bucket (`mark`), then `done` once the dense parts' all-reduces have completed too
+    (zen.ddp.worker.settle). `tag` (the step and the bucket's index) names the call in its headers."""
 
     state: ZenHookState
     lane: Lane
     buffer: torch.Tensor
     parts: list[Part]
     record: StepRecord
-    check: bool
     tag: tuple[int, int]
     mark: Any
     done: torch.futures.Future
@@ -303,13 +333,11 @@ class BucketJob:
         with on(lane.comm.device), lane.stream.use():
             lane.stream.waits(self.mark)
             clock = Clock(lane.comm.device).start()
-            meta = None
-            if self.check:
-                meta = SyncStats()
-                record.parts.append((meta, False))
-            outcomes = lane.syncer.run(self.parts, tag=self.tag, check=self.check, sizes_agreed=True,
-                                       step=self.tag[0], divisor=lane.comm.world_size if state.average else 1,
-                                       everything_sparse=rt.router.everything_sparse, check_stats=meta)
+            call = lane.syncer.run(self.parts, tag=self.tag, step=self.tag[0],
+                                   divisor=lane.comm.world_size if state.average else 1)
+            if call.check is not None:
+                record.parts.append((call.check, False))
+            outcomes = call.outcomes
             result = self.buffer
             for part, outcome in zip(self.parts, outcomes, strict=True):
                 record.parts.append((outcome.stats, outcome.sparse))

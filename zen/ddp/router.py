@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from zen.sync import Part
+from zen.core import Part
 from zen.types import ZenInputError
 
 EMBEDDING_MODULES = (nn.Embedding, nn.EmbeddingBag)  # torchrec's unsharded collections hold these too
@@ -123,7 +123,7 @@ class TableLayout:
 
 
 class BucketRouter:
-    """Splits buckets into `zen.sync.Part`s, views of the bucket synchronized in place, given the embedding
+    """Splits buckets into `zen.core.Part`s, views of the bucket synchronized in place, given the embedding
     parameters (none: every bucket is one dense part through the scheme, the paper's flat view). A part's
     `key` is its parameters' addresses on this rank (its scheme instance and compressor memory)."""
 

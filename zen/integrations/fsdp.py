@@ -29,16 +29,16 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from zen.comm.base import Deferred, Message, code_of
-from zen.comm.dist import DistComm
-from zen.compress import make_compressor
 from zen.compress.base import PartContext
+from zen.core import SyncConfig
+from zen.core.build import compressor_for, dist_comm
+from zen.core.synchronizer import ROW_BOUND_BYTES
 from zen.ddp.hook import StepRecord
 from zen.ddp.router import embedding_params
 from zen.device import Clock
 from zen.grad import extract_rows
 from zen.integrations.fsdp_gather import DeltaAllGather
 from zen.integrations.fsdp_plan import INDEX, ChunkPlan, Runtime
-from zen.sync.synchronizer import ROW_BOUND_BYTES
 from zen.types import SyncStats, ZenInputError
 
 try:  # public from torch 2.14; torch 2.13 keeps the base class in the private module
@@ -193,8 +193,8 @@ def shard(model: nn.Module, scheme: str = "zen", compress: str | None = None, de
     if len(groups) != 1:
         raise ZenInputError(f"zen.fsdp: the model's FSDP modules use {len(groups)} process groups; shard one mesh")
     fsdp_group = next(iter(groups.values()))
-    comm = DistComm(dist.new_group(dist.get_process_group_ranks(fsdp_group)), device=_device_of(model))
-    compressor = make_compressor(compress, density, **(compress_options or {})) if compress else None
+    comm = dist_comm(dist.new_group(dist.get_process_group_ranks(fsdp_group)), None, _device_of(model))
+    compressor = compressor_for(SyncConfig(compress=compress, density=density, compress_options=compress_options))
     runtime = Runtime(comm, scheme, compressor)
     comms = {}
     for name, m in modules:

@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 from zen.comm.base import code_of
+from zen.core.synchronizer import ROW_BOUND_BYTES
 from zen.device import Clock
 from zen.integrations.fsdp_plan import INDEX, ChunkPlan, Runtime
-from zen.sync.synchronizer import ROW_BOUND_BYTES
 from zen.types import SyncStats, ZenInputError
 
 try:  # public from torch 2.14; torch 2.13 keeps the base class in the private module
