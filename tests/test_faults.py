@@ -39,21 +39,39 @@ def test_late_peer_poisons_instead_of_pairing_with_a_stale_call(scheme: str) -> 
     assert out[2]["seen"][0].startswith("ZenCommError"), out[2]
 
 
+SKIPPED = ["allreduce", "zen", "agsparse", "sparcml"]
+APART = ["options", "validate", "unknown_scheme", "bad_out", "leaf_out"]
+
+
+@pytest.fixture(scope="module")
+def skipped_calls() -> list[dict[str, list[str]]]:
+    """Every scheme of test_skipped_call_raises_on_every_rank_with_a_tag in one launch of 3 ranks."""
+    return spawn("tests.fault_cases:skipped_calls", 3, {"schemes": SKIPPED, "tagged": True}, timeout_s=240)
+
+
+@pytest.fixture(scope="module")
+def configured_apart() -> list[dict[str, str]]:
+    """Every kind of test_configured_apart_raises_on_every_rank in one launch of 3 ranks (validate last: its
+    rank skips the check, so the others may wait out their timeout)."""
+    kinds = sorted(APART, key=lambda kind: kind == "validate")
+    return spawn("tests.fault_cases:configured_apart_each", 3, {"kinds": kinds}, timeout_s=240)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("scheme", ["allreduce", "zen", "agsparse", "sparcml"])
-def test_skipped_call_raises_on_every_rank_with_a_tag(scheme: str) -> None:
+@pytest.mark.parametrize("scheme", SKIPPED)
+def test_skipped_call_raises_on_every_rank_with_a_tag(scheme: str, skipped_calls: list[dict[str, list[str]]]) -> None:
     """Rank 1 skips step 0 and tags its calls with the step: every rank raises at its first call."""
-    out = spawn("tests.fault_cases:skipped_call", 3, {"scheme": scheme, "tagged": True}, timeout_s=120)
+    out = [per_rank[scheme] for per_rank in skipped_calls]
     for r, seen in enumerate(out):
         assert seen and seen[0].startswith("ZenInputError"), (r, seen)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["options", "validate", "unknown_scheme", "bad_out", "leaf_out"])
-def test_configured_apart_raises_on_every_rank(kind: str) -> None:
+@pytest.mark.parametrize("kind", APART)
+def test_configured_apart_raises_on_every_rank(kind: str, configured_apart: list[dict[str, str]]) -> None:
     """One rank differs (scheme options, validate, an unknown scheme, a bad or a leaf `out=`): every rank gets
     ZenInputError (ZenCommError at worst for validate, whose rank skips the check), none hangs or aborts."""
-    out = spawn("tests.fault_cases:configured_apart", 3, {"kind": kind}, timeout_s=120)
+    out = [per_rank[kind] for per_rank in configured_apart]
     allowed = ("ZenInputError", "ZenCommError") if kind == "validate" else ("ZenInputError",)
     for r, seen in enumerate(out):
         assert seen.startswith(allowed), (kind, r, seen)
