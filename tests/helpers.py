@@ -165,10 +165,12 @@ def processes_in(netns_ids: set[str]) -> list[int]:
     return found
 
 
-def selected(request: pytest.FixtureRequest, test: str, param: str) -> list[Any]:
-    """The values of `param` of this module's tests named `test` that this session runs (after -k, -m, ...)."""
-    return [item.callspec.params[param] for item in request.session.items
-            if getattr(item, "originalname", None) == test and getattr(item, "module", None) is request.module]
+def selected(request: pytest.FixtureRequest, test: str, param: str | None = None) -> list[Any]:
+    """This module's tests named `test` that this session runs (after -k, -m, ...): the values of their `param`,
+    or the tests themselves (a fixture launches only what a selected test reads)."""
+    items = [item for item in request.session.items
+             if getattr(item, "originalname", None) == test and getattr(item, "module", None) is request.module]
+    return [item.callspec.params[param] for item in items] if param else items
 
 
 def at_once(jobs: dict[Hashable, Callable[[], Any]], workers: int) -> dict[Hashable, Any]:

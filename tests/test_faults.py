@@ -4,6 +4,7 @@ outlive its launcher."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -12,13 +13,14 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import zen
 from harness.launch import FOLDER_PREFIX, spawn, sweep_stale_folders
 
-from .helpers import processes_in
+from .helpers import at_once, processes_in, selected, value
 
 
 @pytest.mark.slow
@@ -188,15 +190,28 @@ def test_stale_folders_are_swept(tmp_path: Path) -> None:
     assert live.is_dir() and not stale.exists()
 
 
+PEER_TIMEOUT_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def peer_faults(request: pytest.FixtureRequest) -> dict[tuple[str, str], Any]:
+    """The selected cases of test_dead_or_frozen_peer, two launches at a time: their ranks mostly wait (out the
+    timeout, or for the frozen peer's SIGCONT), so the waits overlap."""
+    cases = [(item.callspec.params["kind"], item.callspec.params["scheme"])
+             for item in selected(request, "test_dead_or_frozen_peer")]
+    return at_once({(kind, scheme): functools.partial(
+        spawn, "tests.fault_cases:peer_fault", 3, {"kind": kind, "scheme": scheme, "timeout_s": PEER_TIMEOUT_S},
+        timeout_s=120) for kind, scheme in cases}, workers=2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["allreduce", "zen", "sparcml"])
 @pytest.mark.parametrize("kind", ["before", "during", "after", "frozen"])
-def test_dead_or_frozen_peer(kind: str, scheme: str) -> None:
+def test_dead_or_frozen_peer(kind: str, scheme: str, peer_faults: dict[tuple[str, str], Any]) -> None:
     """Rank 1 killed before / during / after a call, or frozen (SIGSTOP) mid-call: the survivors' calls
     raise ZenCommError within the timeout + 5 s (or sum right, before the fault), none hangs."""
-    timeout_s = 3.0
-    out = spawn("tests.fault_cases:peer_fault", 3, {"kind": kind, "scheme": scheme, "timeout_s": timeout_s},
-                timeout_s=120)
+    timeout_s = PEER_TIMEOUT_S
+    out = value(peer_faults[(kind, scheme)])
     for r in (0, 2):
         seen = out[r]["seen"]
         assert all(s == "ok" or s.startswith("ZenCommError") for s in seen), (r, seen)

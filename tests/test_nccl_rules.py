@@ -218,18 +218,25 @@ def _self_test(rule: str, disabled: bool) -> bool:
 
 
 CROWDED_START_S = 10.0  # a group timeout shorter than this may run out while ranks of other launches start
+OTHER_SELF_TESTS: dict[str, tuple[str, Callable[[], Any]]] = {  # key: (its test, its launch)
+    "output_written": ("test_double_reports_an_output_written_before_its_wait",
+                       lambda: _spawn("written_before_wait", 2, {"what": "output"})),
+    "pairs": ("test_double_pairs_sends_and_receives_in_order", lambda: _spawn("send_then_recv_pairs", 2)),
+    "refused": ("test_double_refuses_what_nccl_lacks", lambda: _spawn("refused", 2)),
+}
 
 
 @pytest.fixture(scope="module")
-def self_tests(request: pytest.FixtureRequest) -> dict[tuple[str, bool], Any]:
+def self_tests(request: pytest.FixtureRequest) -> dict[tuple[str, bool] | str, Any]:
     """The selected self-tests' launches, three at a time: a self-test's ranks mostly wait (on a peer's sleep, the
     double's deadlock timer or its watchdog), so the waits overlap. One whose group timeout is short runs alone
     first (its ranks' start-up must not outlast that timeout)."""
     wanted = [(rule, False) for rule in selected(request, "test_double_reports_its_rule", "rule")]
     wanted += [(rule, True) for rule in selected(request, "test_double_misses_the_bug_with_its_rule_disabled", "rule")]
-    jobs = {key: functools.partial(_self_test, *key) for key in wanted}
+    jobs: dict[Any, Callable[[], Any]] = {key: functools.partial(_self_test, *key) for key in wanted}
     alone = [key for key in jobs if SELF_TESTS[key[0]][3] < CROWDED_START_S]
     done = {key: at_once({key: jobs.pop(key)}, workers=1)[key] for key in alone}
+    jobs.update({key: launch for key, (test, launch) in OTHER_SELF_TESTS.items() if selected(request, test)})
     return {**done, **at_once(jobs, workers=3)}
 
 
@@ -245,17 +252,17 @@ def test_double_misses_the_bug_with_its_rule_disabled(rule: str, self_tests: dic
     assert value(self_tests[(rule, True)]) is False, rule
 
 
-def test_double_reports_an_output_written_before_its_wait() -> None:
-    for m in _spawn("written_before_wait", 2, {"what": "output"}):
+def test_double_reports_an_output_written_before_its_wait(self_tests: dict[tuple[str, bool] | str, Any]) -> None:
+    for m in value(self_tests["output_written"]):
         assert "output buffer" in m and "written before its wait" in m, m
 
 
-def test_double_pairs_sends_and_receives_in_order() -> None:
-    assert _spawn("send_then_recv_pairs", 2) == [[1.0] * 4, [0.0] * 4]
+def test_double_pairs_sends_and_receives_in_order(self_tests: dict[tuple[str, bool] | str, Any]) -> None:
+    assert value(self_tests["pairs"]) == [[1.0] * 4, [0.0] * 4]
 
 
-def test_double_refuses_what_nccl_lacks() -> None:
-    for got in _spawn("refused", 2):
+def test_double_refuses_what_nccl_lacks(self_tests: dict[tuple[str, bool] | str, Any]) -> None:
+    for got in value(self_tests["refused"]):
         assert "any source" in got["recv_anysource"], got
         assert "sparse" in got["sparse"], got
         assert "issued" in got["mismatch"], got
