@@ -20,9 +20,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 os.chdir(ROOT)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def netem() -> None:
-    """An emulated cluster can be made here (root or unprivileged user namespaces), else the test is skipped."""
+    """An emulated cluster can be made here (root or unprivileged user namespaces), else the test is skipped
+    (found out once a session: a probe makes and removes a cluster)."""
     from .helpers import netem_unavailable
 
     why = netem_unavailable()

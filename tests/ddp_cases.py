@@ -111,3 +111,8 @@ def builtin_warnings(sparse: bool) -> list[str]:
         warnings.simplefilter("always")
         register(ddp, NATIVE)
     return [str(w.message) for w in caught]
+
+
+def builtin_warnings_of(cases: list[bool]) -> list[list[str]]:
+    """builtin_warnings of a sparse and a dense model in one launch (each caught from a fresh filter)."""
+    return [builtin_warnings(sparse) for sparse in cases]

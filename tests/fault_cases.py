@@ -26,10 +26,10 @@ def _expected(P: int, step: int, numel: int = 4096) -> torch.Tensor:
     return sum(_grad(r, step, numel) for r in range(P))
 
 
-def _summed(scheme: str, step: int, **options: Any) -> None:
+def _summed(scheme: str, step: int, group: dist.ProcessGroup | None = None, **options: Any) -> None:
     """This rank's gradient of `step` through `scheme`; a sum other than the exact one raises."""
     rank, P = dist.get_rank(), dist.get_world_size()
-    out = zen.allreduce(_grad(rank, step), scheme, **options)
+    out = zen.allreduce(_grad(rank, step), scheme, group, **options)
     if not torch.equal(out, _expected(P, step)):
         raise AssertionError(f"wrong sum at step {step} (steps mixed?)")
 
@@ -57,7 +57,7 @@ def late_peer(scheme: str, timeout_s: float, late_s: float) -> dict[str, Any]:
     return {"seen": seen, "elapsed": time.monotonic() - start}
 
 
-def skipped_call(scheme: str, tagged: bool) -> list[str]:
+def skipped_call(scheme: str, tagged: bool, group: dist.ProcessGroup | None = None) -> list[str]:
     """Rank 1 skips step 0 and carries on; with `tagged` (the step as the call's tag) every rank must raise
     at once, where untagged calls would pair rank 1's step 1 with the others' step 0."""
     rank = dist.get_rank()
@@ -66,13 +66,20 @@ def skipped_call(scheme: str, tagged: bool) -> list[str]:
         if rank == 1 and step == 0:
             continue
 
-        seen.append(_attempt(lambda step=step: _summed(scheme, step, timeout_s=10, tag=step if tagged else None)))
+        tag = step if tagged else None
+        seen.append(_attempt(lambda step=step, tag=tag: _summed(scheme, step, group, timeout_s=10, tag=tag)))
         if seen[-1] != "ok":
             break
     return seen
 
 
-def configured_apart(kind: str) -> str:
+def skipped_calls(schemes: list[str], tagged: bool) -> dict[str, list[str]]:
+    """skipped_call of every scheme in one launch, each in a process group of its own (of every rank): what one
+    case leaves in its group cannot reach the next."""
+    return {scheme: skipped_call(scheme, tagged, dist.new_group()) for scheme in schemes}
+
+
+def configured_apart(kind: str, group: dist.ProcessGroup | None = None) -> str:
     """Rank 1 differs from the others in one setting of the same call; every rank must raise."""
     rank = dist.get_rank()
     scheme, options, validate, out = "zen", {}, True, None
@@ -88,7 +95,12 @@ def configured_apart(kind: str) -> str:
             out = torch.zeros(7)
         elif kind == "leaf_out":
             out = torch.zeros(4096, requires_grad=True)
-    return _attempt(lambda: zen.allreduce(grad, scheme, out=out, validate=validate, timeout_s=10, **options))
+    return _attempt(lambda: zen.allreduce(grad, scheme, group, out=out, validate=validate, timeout_s=10, **options))
+
+
+def configured_apart_each(kinds: list[str]) -> dict[str, str]:
+    """configured_apart of every kind in one launch, each in a process group of its own (of every rank)."""
+    return {kind: configured_apart(kind, dist.new_group()) for kind in kinds}
 
 
 def regroup(schemes: list[str], store_dir: str) -> dict[str, bool]:

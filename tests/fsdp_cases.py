@@ -139,6 +139,11 @@ def bad_scheme() -> str:
     return "no error"
 
 
+def refusals() -> dict[str, str]:
+    """bad_scheme, then other_mesh, in one launch (the first is refused before any collective)."""
+    return {"bad_scheme": bad_scheme(), "other_mesh": other_mesh()}
+
+
 def padded_rows(rows: int, world: int) -> int:
     """FSDP's dim-0 padding: every rank's shard has ceil(rows / world) rows."""
     return math.ceil(rows / world) * world

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import torch
@@ -116,6 +119,31 @@ class FakeBucket:
         return [g.view(p.shape) for p, g in self._grads]
 
 
+# zen.fsdp's cases (tests/test_fsdp.py, tests/test_fsdp_nccl_rules.py): name -> the embedding's rows, width and how
+# many rows a batch may touch; every case also has the dense head
+FSDP_SHAPES = {
+    "padded": {"rows": 1001, "width": 8, "used": 50},  # 1001 rows: FSDP pads the last shard
+    "uneven_rows": {"rows": 250, "width": 3, "used": 250},
+    "empty_shard": {"rows": 3, "width": 4, "used": 3},  # 4 ranks: rank 3's shard is padding only
+}
+# Relative to a parameter's largest magnitude, after the case's steps. Two ranks: a + b == b + a, so bitwise. More
+# ranks: gloo's reduce-scatter adds the chunks in its ring's order, Zen in rank order: the sums differ in their last
+# bits (fp32: 2**-24 relative per add), which the steps carry on.
+FP32_BOUND = 1e-5
+BF16_BOUND = 2**-6
+
+
+def assert_params_equal(a: dict, b: dict, bound: float, what: str) -> None:
+    """Every parameter of `b` equals `a`'s: bitwise with `bound` 0, else within `bound` of its largest magnitude."""
+    for name, ref in a.items():
+        got = b[name]
+        if bound == 0:
+            assert torch.equal(ref, got), f"{what}: {name} differs by {(ref - got).abs().max().item()}"
+        else:
+            scale = max(float(ref.abs().max()), 1e-30)
+            assert float((ref - got).abs().max()) <= bound * scale, f"{what}: {name} beyond {bound} relative"
+
+
 def netem_unavailable(userns: bool | None = None) -> str | None:
     """Why no emulated cluster can be made here, or None when one can."""
     try:
@@ -135,3 +163,32 @@ def processes_in(netns_ids: set[str]) -> list[int]:
         except OSError:
             pass
     return found
+
+
+def selected(request: pytest.FixtureRequest, test: str, param: str | None = None) -> list[Any]:
+    """This module's tests named `test` that this session runs (after -k, -m, ...): the values of their `param`,
+    or the tests themselves (a fixture launches only what a selected test reads)."""
+    items = [item for item in request.session.items
+             if getattr(item, "originalname", None) == test and getattr(item, "module", None) is request.module]
+    return [item.callspec.params[param] for item in items] if param else items
+
+
+def at_once(jobs: dict[Hashable, Callable[[], Any]], workers: int) -> dict[Hashable, Any]:
+    """Run independent jobs (each waiting mostly on processes of its own) `workers` at a time; returns each one's
+    result, or the exception it raised. Returns when all have ended: nothing runs on behind a later test."""
+    def outcome(job: Callable[[], Any]) -> Any:
+        try:
+            return job()
+        except Exception as exc:  # noqa: BLE001 - handed to the test that reads it
+            return exc
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {key: pool.submit(outcome, job) for key, job in jobs.items()}
+    return {key: future.result() for key, future in futures.items()}
+
+
+def value(got: Any) -> Any:
+    """An `at_once` result: the job's value, or the exception it raised, raised here."""
+    if isinstance(got, Exception):
+        raise got
+    return got

@@ -105,6 +105,11 @@ def hook_reads(scheme: str, sparse: bool, steps: int = TRIAL + 1) -> dict[str, i
             "counted": sum(s.traffic.host_reads for s in stats), "buckets": len(state.last_step.spans)}
 
 
+def hook_reads_of(cases: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """hook_reads of every case, one after another in one launch (each its own model, hook and lane groups)."""
+    return [hook_reads(**case) for case in cases]
+
+
 # ---- the double's own rules ----------------------------------------------------------------------
 def recv_then_send() -> str:
     """Both ranks receive first, then send: NCCL deadlocks; the double says so."""
@@ -238,34 +243,38 @@ def outlives_group_timeout() -> str:
     import time
 
     if dist.get_rank() == 1:
-        time.sleep(12)
+        time.sleep(8)  # twice the group's timeout (4 s); the watchdog looks every 0.25 s
     work = dist.group.WORLD.allreduce([torch.ones(2)], dist.AllreduceOptions())
     work.wait()
     return "completed"
 
 
 def stalled_peer(scheme: str, steps: int = 3) -> str:
-    """DDP with the hook; the last rank stops taking part in the second step's backward (alive, silent past every
-    timeout; it joins DDP's own collectives of the forward, which would otherwise be the ones stuck): the others
-    must raise ZenCommError from backward, Zen's deadline before the hook's groups' watchdog."""
+    """DDP with the hook; the last rank stops taking part in the second step's backward (alive, silent in the hook's
+    groups until the others have raised, or for ever; it joins DDP's own collectives of the forward, which would
+    otherwise be the ones stuck): the others must raise ZenCommError from backward, Zen's deadline before the hook's
+    groups' watchdog."""
     import time
 
     torch.manual_seed(0)
+    gloo = dist.new_group(backend="gloo")  # the stalled rank stays silent in the hook's groups until the others leave
     model = _Tables(True)
     ddp = DDP(model)
     ddp.register_comm_hook(zen.ZenHookState(scheme=scheme, sparse_params=model), zen.ddp_hook)
     gen = torch.Generator().manual_seed(dist.get_rank())
-    start = time.monotonic()
+    start, seen = time.monotonic(), "no error"
     for step in range(steps):
         loss = ddp(torch.randint(0, 4000, (32, 8), generator=gen)).pow(2).mean()
         if step == 1 and dist.get_rank() == dist.get_world_size() - 1:
-            time.sleep(40)
-            return "stalled"
+            seen = "stalled"  # alive, in no collective of the hook's: past every timeout unless the others raise
+            break
         try:
             loss.backward()
         except Exception as exc:  # noqa: BLE001 - what the user sees
-            return f"{type(exc).__name__} after {time.monotonic() - start:.0f}s: {exc}"
-    return "no error"
+            seen = f"{type(exc).__name__} after {time.monotonic() - start:.0f}s: {exc}"
+            break
+    dist.barrier(group=gloo)  # the group's timeout (120 s) is past the hook's groups' watchdog (33 s)
+    return seen
 
 
 def thread_sleeps(scheme: str, sparse: bool, steps: int = TRIAL + 1) -> dict[str, int]:
@@ -300,6 +309,11 @@ def thread_sleeps(scheme: str, sparse: bool, steps: int = TRIAL + 1) -> dict[str
     return seen
 
 
+def thread_sleeps_of(cases: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """thread_sleeps of every case, one after another in one launch (each its own model and hook)."""
+    return [thread_sleeps(**case) for case in cases]
+
+
 def timeout_against_group(zen_timeout_s: float | None) -> str:
     """Zen's timeout against a group whose own (the watchdog's) is 20 s: the default is shortened to end first,
     a longer one the user chose is refused at the first call, on every rank."""
@@ -309,3 +323,9 @@ def timeout_against_group(zen_timeout_s: float | None) -> str:
     except zen.ZenInputError as exc:
         return f"ZenInputError: {exc}"
     return f"{comm.seconds:.1f}"
+
+
+def timeouts_against_group(cases: list[float | None]) -> list[str]:
+    """timeout_against_group of every case in one launch: each its own communicator, refused (if it is) at its
+    first call, before any operation."""
+    return [timeout_against_group(zen_timeout_s) for zen_timeout_s in cases]

@@ -3,6 +3,9 @@ dense), it trains exactly like DDP's own allreduce under DDP's options, and fail
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -24,21 +27,41 @@ def _close(a: list[float], b: list[float]) -> bool:
 
 def _run(P: int, cases: list[dict]) -> list[list[dict]]:
     """Per case, every rank's result; parameters must agree across ranks."""
-    per_rank = spawn("tests.ddp_cases:variants", P, {"cases": cases}, timeout_s=600)
+    per_rank = spawn("tests.ddp_cases:variants", P, {"cases": cases}, timeout_s=900)
     results = list(zip(*per_rank, strict=True))
     for case, ranks in zip(cases, results, strict=True):
         assert len({r["checksum"] for r in ranks}) == 1, f"{case}: parameters differ across ranks"
     return [list(r) for r in results]
 
 
+EVERY_SCHEME = [{"scheme": "ddp"}, *({"scheme": s, "sparse": sp} for s in SCHEMES for sp in (False, True)),
+                {"scheme": "zen", "hook": {"asynchronous": False}}, {"scheme": "zen", "hook": {"check_every": 0}}]
+OPTIONS = [{"ddp": {"gradient_as_bucket_view": True}}, {"ddp": {"static_graph": True}}, {"accumulate": 3},
+           {"ddp": {"find_unused_parameters": True}, "branch": True}, {"ddp": {"bucket_cap_mb": 0.001}}]
+WITH_OPTIONS = [case for extra in OPTIONS for case in
+                [{"scheme": "ddp", **extra}, *({"scheme": s, "sparse": sp, **extra}
+                                              for s in ("zen", "agsparse") for sp in (False, True))]]
+
+
+@pytest.fixture(scope="module")
+def trained() -> Callable[[int], dict[str, list[list[dict]]]]:
+    """One launch per world size for this module's training cases: EVERY_SCHEME's on 1, 3 and 4 ranks and
+    WITH_OPTIONS' on 3 (one process group serves both tests there)."""
+    @functools.cache
+    def launch(P: int) -> dict[str, list[list[dict]]]:
+        options = WITH_OPTIONS if P == 3 else []
+        results = _run(P, EVERY_SCHEME + options)
+        return {"every_scheme": results[:len(EVERY_SCHEME)], "options": results[len(EVERY_SCHEME):]}
+
+    return launch
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("P", [1, 3, 4])
-def test_every_scheme_trains_like_ddp_allreduce(P: int) -> None:
+def test_every_scheme_trains_like_ddp_allreduce(P: int, trained: Callable[[int], dict[str, list[list[dict]]]]) -> None:
     """Dense and sparse (COO) embeddings, every scheme, async and in the hook call: DDP's loss curve."""
-    cases = [{"scheme": "ddp"}]
-    cases += [{"scheme": s, "sparse": sp} for s in SCHEMES for sp in (False, True)]
-    cases += [{"scheme": "zen", "hook": {"asynchronous": False}}, {"scheme": "zen", "hook": {"check_every": 0}}]
-    results = _run(P, cases)
+    cases = EVERY_SCHEME
+    results = trained(P)["every_scheme"]
     reference = results[0][0]["losses"]
     assert reference[-1] < reference[0]
     for case, ranks in zip(cases[1:], results[1:], strict=True):
@@ -46,17 +69,11 @@ def test_every_scheme_trains_like_ddp_allreduce(P: int) -> None:
 
 
 @pytest.mark.slow
-def test_ddp_options_keep_the_hook_lossless() -> None:
+def test_ddp_options_keep_the_hook_lossless(trained: Callable[[int], dict[str, list[list[dict]]]]) -> None:
     """gradient_as_bucket_view, static_graph, no_sync accumulation and find_unused_parameters: each as DDP's
     own allreduce does it, for dense and sparse embeddings."""
-    options = [({"ddp": {"gradient_as_bucket_view": True}}), ({"ddp": {"static_graph": True}}),
-               ({"accumulate": 3}), ({"ddp": {"find_unused_parameters": True}, "branch": True}),
-               ({"ddp": {"bucket_cap_mb": 0.001}})]
-    cases = []
-    for extra in options:
-        cases.append({"scheme": "ddp", **extra})
-        cases += [{"scheme": s, "sparse": sp, **extra} for s in ("zen", "agsparse") for sp in (False, True)]
-    results = _run(3, cases)
+    cases = WITH_OPTIONS
+    results = trained(3)["options"]
     reference = None
     for case, ranks in zip(cases, results, strict=True):
         if case["scheme"] == "ddp":
@@ -69,7 +86,7 @@ def test_ddp_options_keep_the_hook_lossless() -> None:
 def test_builtin_allreduce_of_sparse_gradients_on_gloo_warns() -> None:
     """DDP's own all-reduce of COO gradients over gloo corrupts the heap now and then (torch 2.13.0+cpu): `ddp`
     says so where the model has sparse embeddings, and only there."""
-    sparse, dense = (spawn("tests.ddp_cases:builtin_warnings", 1, {"sparse": s})[0] for s in (True, False))
+    sparse, dense = spawn("tests.ddp_cases:builtin_warnings_of", 1, {"cases": [True, False]})[0]
     assert len(sparse) == 1 and "corrupted the heap" in sparse[0] and dense == []
 
 

@@ -4,6 +4,7 @@ outlive its launcher."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -12,13 +13,14 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import zen
 from harness.launch import FOLDER_PREFIX, spawn, sweep_stale_folders
 
-from .helpers import processes_in
+from .helpers import at_once, processes_in, selected, value
 
 
 @pytest.mark.slow
@@ -39,21 +41,39 @@ def test_late_peer_poisons_instead_of_pairing_with_a_stale_call(scheme: str) -> 
     assert out[2]["seen"][0].startswith("ZenCommError"), out[2]
 
 
+SKIPPED = ["allreduce", "zen", "agsparse", "sparcml"]
+APART = ["options", "validate", "unknown_scheme", "bad_out", "leaf_out"]
+
+
+@pytest.fixture(scope="module")
+def skipped_calls() -> list[dict[str, list[str]]]:
+    """Every scheme of test_skipped_call_raises_on_every_rank_with_a_tag in one launch of 3 ranks."""
+    return spawn("tests.fault_cases:skipped_calls", 3, {"schemes": SKIPPED, "tagged": True}, timeout_s=240)
+
+
+@pytest.fixture(scope="module")
+def configured_apart() -> list[dict[str, str]]:
+    """Every kind of test_configured_apart_raises_on_every_rank in one launch of 3 ranks (validate last: its
+    rank skips the check, so the others may wait out their timeout)."""
+    kinds = sorted(APART, key=lambda kind: kind == "validate")
+    return spawn("tests.fault_cases:configured_apart_each", 3, {"kinds": kinds}, timeout_s=240)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("scheme", ["allreduce", "zen", "agsparse", "sparcml"])
-def test_skipped_call_raises_on_every_rank_with_a_tag(scheme: str) -> None:
+@pytest.mark.parametrize("scheme", SKIPPED)
+def test_skipped_call_raises_on_every_rank_with_a_tag(scheme: str, skipped_calls: list[dict[str, list[str]]]) -> None:
     """Rank 1 skips step 0 and tags its calls with the step: every rank raises at its first call."""
-    out = spawn("tests.fault_cases:skipped_call", 3, {"scheme": scheme, "tagged": True}, timeout_s=120)
+    out = [per_rank[scheme] for per_rank in skipped_calls]
     for r, seen in enumerate(out):
         assert seen and seen[0].startswith("ZenInputError"), (r, seen)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["options", "validate", "unknown_scheme", "bad_out", "leaf_out"])
-def test_configured_apart_raises_on_every_rank(kind: str) -> None:
+@pytest.mark.parametrize("kind", APART)
+def test_configured_apart_raises_on_every_rank(kind: str, configured_apart: list[dict[str, str]]) -> None:
     """One rank differs (scheme options, validate, an unknown scheme, a bad or a leaf `out=`): every rank gets
     ZenInputError (ZenCommError at worst for validate, whose rank skips the check), none hangs or aborts."""
-    out = spawn("tests.fault_cases:configured_apart", 3, {"kind": kind}, timeout_s=120)
+    out = [per_rank[kind] for per_rank in configured_apart]
     allowed = ("ZenInputError", "ZenCommError") if kind == "validate" else ("ZenInputError",)
     for r, seen in enumerate(out):
         assert seen.startswith(allowed), (kind, r, seen)
@@ -170,15 +190,28 @@ def test_stale_folders_are_swept(tmp_path: Path) -> None:
     assert live.is_dir() and not stale.exists()
 
 
+PEER_TIMEOUT_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def peer_faults(request: pytest.FixtureRequest) -> dict[tuple[str, str], Any]:
+    """The selected cases of test_dead_or_frozen_peer, two launches at a time: their ranks mostly wait (out the
+    timeout, or for the frozen peer's SIGCONT), so the waits overlap."""
+    cases = [(item.callspec.params["kind"], item.callspec.params["scheme"])
+             for item in selected(request, "test_dead_or_frozen_peer")]
+    return at_once({(kind, scheme): functools.partial(
+        spawn, "tests.fault_cases:peer_fault", 3, {"kind": kind, "scheme": scheme, "timeout_s": PEER_TIMEOUT_S},
+        timeout_s=120) for kind, scheme in cases}, workers=2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["allreduce", "zen", "sparcml"])
 @pytest.mark.parametrize("kind", ["before", "during", "after", "frozen"])
-def test_dead_or_frozen_peer(kind: str, scheme: str) -> None:
+def test_dead_or_frozen_peer(kind: str, scheme: str, peer_faults: dict[tuple[str, str], Any]) -> None:
     """Rank 1 killed before / during / after a call, or frozen (SIGSTOP) mid-call: the survivors' calls
     raise ZenCommError within the timeout + 5 s (or sum right, before the fault), none hangs."""
-    timeout_s = 3.0
-    out = spawn("tests.fault_cases:peer_fault", 3, {"kind": kind, "scheme": scheme, "timeout_s": timeout_s},
-                timeout_s=120)
+    timeout_s = PEER_TIMEOUT_S
+    out = value(peer_faults[(kind, scheme)])
     for r in (0, 2):
         seen = out[r]["seen"]
         assert all(s == "ok" or s.startswith("ZenCommError") for s in seen), (r, seen)

@@ -4,37 +4,16 @@ each call sends are the rows its input holds (or the dense chunk where cheaper),
 from __future__ import annotations
 
 import pytest
-import torch
 
 from harness.launch import spawn
 
-pytestmark = pytest.mark.slow
+from .helpers import BF16_BOUND, FP32_BOUND, FSDP_SHAPES, assert_params_equal
 
-# name -> the embedding's rows, width and how many rows a batch may touch; every case also has the dense head
-SHAPES = {
-    "padded": {"rows": 1001, "width": 8, "used": 50},  # 1001 rows: FSDP pads the last shard
-    "uneven_rows": {"rows": 250, "width": 3, "used": 250},
-    "empty_shard": {"rows": 3, "width": 4, "used": 3},  # 4 ranks: rank 3's shard is padding only
-}
-# Relative to a parameter's largest magnitude, after the case's steps. Two ranks: a + b == b + a, so bitwise. More
-# ranks: gloo's reduce-scatter adds the chunks in its ring's order, Zen in rank order: the sums differ in their last
-# bits (fp32: 2**-24 relative per add), which the steps carry on.
-FP32_BOUND = 1e-5
-BF16_BOUND = 2**-6
+pytestmark = pytest.mark.slow
 
 
 def _run(world: int, cases: list[dict]) -> list[list[dict]]:
     return spawn("tests.fsdp_cases:cases", world, {"cases": cases}, timeout_s=600)
-
-
-def _assert_equal(a: dict, b: dict, bound: float, what: str) -> None:
-    for name, ref in a.items():
-        got = b[name]
-        if bound == 0:
-            assert torch.equal(ref, got), f"{what}: {name} differs by {(ref - got).abs().max().item()}"
-        else:
-            scale = max(float(ref.abs().max()), 1e-30)
-            assert float((ref - got).abs().max()) <= bound * scale, f"{what}: {name} beyond {bound} relative"
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -42,10 +21,10 @@ def test_parameters_match_fsdp_default(world: int) -> None:
     """The owner adds the ranks' chunks in rank order (a zero row adds nothing, exactly) and divides by P: bitwise
     FSDP's own on 2 ranks, within FP32_BOUND / BF16_BOUND on 4 (another summation order)."""
     cases = []
-    for shape in SHAPES.values():
+    for shape in FSDP_SHAPES.values():
         cases += [{"scheme": s, **shape} for s in ("fsdp", "zen", "dense")]
         cases.append({"scheme": "zen", "gather": "delta", **shape})  # after the dense "zen" case: its reference
-    cases += [{"scheme": s, "reduce_dtype": "bfloat16", **SHAPES["padded"]} for s in ("fsdp", "zen")]
+    cases += [{"scheme": s, "reduce_dtype": "bfloat16", **FSDP_SHAPES["padded"]} for s in ("fsdp", "zen")]
     per_rank = _run(world, cases)
     for results in per_rank:
         for i in range(len(cases)):
@@ -54,13 +33,13 @@ def test_parameters_match_fsdp_default(world: int) -> None:
                 continue
             bf16 = cases[i].get("reduce_dtype") == "bfloat16"
             bound = 0.0 if world == 2 else BF16_BOUND if bf16 else FP32_BOUND
-            _assert_equal(ref, results[i]["params"], bound, str(cases[i]))
+            assert_params_equal(ref, results[i]["params"], bound, str(cases[i]))
             if cases[i].get("gather"):  # the changed rows' all-gather gives FSDP's bits: the same run as "zen"
-                _assert_equal(results[i - 1]["params"], results[i]["params"], 0.0, f"{cases[i]} vs zen")
+                assert_params_equal(results[i - 1]["params"], results[i]["params"], 0.0, f"{cases[i]} vs zen")
             for call in results[i]["calls"]:
                 assert call["sent"] == call["expected"], (cases[i], call)
     for i in range(len(cases)):  # identical on every rank
-        _assert_equal(per_rank[0][i]["params"], per_rank[-1][i]["params"], 0.0, "rank 0 vs last")
+        assert_params_equal(per_rank[0][i]["params"], per_rank[-1][i]["params"], 0.0, "rank 0 vs last")
 
 
 def test_bytes_are_rows_and_dense_groups_fall_back() -> None:
@@ -86,7 +65,7 @@ def test_dgc_sends_its_choice_and_trains_alike_dense_or_rows() -> None:
     shape = {"rows": 300, "width": 8, "used": 300, "steps": 5}
     runs = _run(2, [{"scheme": s, "compress": "dgc", **shape} for s in ("zen", "dense")])
     for zen_run, dense_run in runs:
-        _assert_equal(dense_run["params"], zen_run["params"], 0.0, "dgc zen vs dense")
+        assert_params_equal(dense_run["params"], zen_run["params"], 0.0, "dgc zen vs dense")
         assert all(c["sent"] == c["expected"] for c in zen_run["calls"]), zen_run["calls"]
         assert set(zen_run["residuals"]) == {"<root>"} and zen_run["residuals"]["<root>"] > 0  # error feedback kept
         head = [c for c in zen_run["calls"] if c["dense_bytes"] < 3000]  # the head's group: 3 x 8 + 3 elements
@@ -94,9 +73,9 @@ def test_dgc_sends_its_choice_and_trains_alike_dense_or_rows() -> None:
 
 
 def test_group_of_another_mesh_is_refused_on_every_rank() -> None:
-    out = spawn("tests.fsdp_cases:other_mesh", 2, {}, timeout_s=300)
+    per_rank = spawn("tests.fsdp_cases:refusals", 2, {}, timeout_s=300)
+    out, bad = [got["other_mesh"] for got in per_rank], [got["bad_scheme"] for got in per_rank]
     assert all("another mesh" in msg for msg in out), out
-    bad = spawn("tests.fsdp_cases:bad_scheme", 2, {}, timeout_s=300)
     assert all("unknown scheme 'allreduce'" in msg for msg in bad), bad
 
 

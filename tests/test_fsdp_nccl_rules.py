@@ -9,7 +9,7 @@ import pytest
 
 from harness.launch import spawn
 
-from .test_fsdp import FP32_BOUND, SHAPES, _assert_equal
+from .helpers import FP32_BOUND, FSDP_SHAPES, assert_params_equal
 
 pytestmark = [pytest.mark.nccl_rules, pytest.mark.slow]
 EMULATE = {"ZEN_EMULATE_ACCELERATOR": "1"}
@@ -17,9 +17,10 @@ EMULATE = {"ZEN_EMULATE_ACCELERATOR": "1"}
 
 @pytest.mark.parametrize("P", [2, 4])
 def test_fsdp_path_matches_fsdp_default_under_nccl_rules(P: int) -> None:
-    cases = [{"scheme": s, **shape} for shape in SHAPES.values() for s in ("zen", "dense")]
-    cases.append({"scheme": "zen", "compress": "dgc", **SHAPES["padded"]})
-    refs = [{**c, "scheme": "fsdp", "compress": None} for c in cases]
+    cases = [{"scheme": s, **shape} for shape in FSDP_SHAPES.values() for s in ("zen", "dense")]
+    cases.append({"scheme": "zen", "compress": "dgc", **FSDP_SHAPES["padded"]})
+    refs = [{"scheme": "fsdp", **shape} for shape in FSDP_SHAPES.values()]  # FSDP's own, once per shape
+    of = [None if c.get("compress") else refs.index({**c, "scheme": "fsdp"}) for c in cases]
     reference = spawn("tests.fsdp_cases:cases", P, {"cases": refs}, timeout_s=600)
     ruled = spawn("tests.fsdp_cases:cases", P, {"cases": cases}, backend="ncclrules", timeout_s=900,
                   env=lambda r: EMULATE)
@@ -28,6 +29,7 @@ def test_fsdp_path_matches_fsdp_default_under_nccl_rules(P: int) -> None:
             got = ruled[rank][i]
             assert all(c["sent"] == c["expected"] for c in got["calls"]), (case, got["calls"])
             if case.get("compress"):
-                _assert_equal(ruled[0][i]["params"], got["params"], 0.0, f"{case} rank {rank}")
+                assert_params_equal(ruled[0][i]["params"], got["params"], 0.0, f"{case} rank {rank}")
                 continue
-            _assert_equal(reference[rank][i]["params"], got["params"], 0.0 if P == 2 else FP32_BOUND, str(case))
+            bound = 0.0 if P == 2 else FP32_BOUND
+            assert_params_equal(reference[rank][of[i]]["params"], got["params"], bound, str(case))

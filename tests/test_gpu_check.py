@@ -212,11 +212,30 @@ def test_the_hook_verdict() -> None:
 
 # ---- the scripts without CUDA ------------------------------------------------------------------------------------
 
+SCRIPTS = ["gpu_check.py", "nccl_check.py"]
+
+
+@pytest.fixture(scope="module")
+def scripts_run() -> dict[str, subprocess.CompletedProcess]:
+    """Both scripts, started at once (they share nothing; each waits mostly on its own imports)."""
+    procs = {script: subprocess.Popen([sys.executable, str(ROOT / "scripts" / script)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd="/") for script in SCRIPTS}
+    done = {}
+    try:
+        for script, proc in procs.items():
+            out, err = proc.communicate(timeout=300)
+            done[script] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    return done
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["gpu_check.py", "nccl_check.py"])
-def test_the_scripts_exit_2_without_a_gpu(script: str) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / script)], capture_output=True, text=True,
-                          timeout=300, cwd="/")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_scripts_exit_2_without_a_gpu(script: str, scripts_run: dict[str, subprocess.CompletedProcess]) -> None:
+    done = scripts_run[script]
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "GPU" in done.stderr
 

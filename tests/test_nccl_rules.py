@@ -5,6 +5,7 @@ path, at world sizes 2, 3, 4 and 8; and the double itself catches what it must."
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from harness.launch import spawn
 from zen.compress import compressors
 
 from .cases import CASES
+from .helpers import at_once, selected, value
 
 pytestmark = [pytest.mark.nccl_rules, pytest.mark.slow]  # ranks in processes of their own
 EMULATE = {"ZEN_EMULATE_ACCELERATOR": "1"}
@@ -90,12 +92,22 @@ def test_every_compressor_under_nccl_rules(P: int) -> None:
             assert torch.equal(rank["grads"], ranks[0]["grads"]), case
 
 
-@pytest.mark.parametrize(("scheme", "sparse"), [("zen", False), ("zen", True),
-                                                *((s, False) for s in zen.schemes() if s != "zen")])
-def test_hook_host_reads_per_bucket(scheme: str, sparse: bool) -> None:
+READ_CASES = [("zen", False), ("zen", True), *((s, False) for s in zen.schemes() if s != "zen")]
+
+
+@pytest.fixture(scope="module")
+def hook_reads() -> dict[tuple[str, bool], list[dict[str, int]]]:
+    """Every case of test_hook_host_reads_per_bucket in one launch of 4 ranks: per case, each rank's counts."""
+    cases = [{"scheme": scheme, "sparse": sparse} for scheme, sparse in READ_CASES]
+    per_rank = _spawn("hook_reads_of", 4, {"cases": cases})
+    return {case: [got[k] for got in per_rank] for k, case in enumerate(READ_CASES)}
+
+
+@pytest.mark.parametrize(("scheme", "sparse"), READ_CASES)
+def test_hook_host_reads_per_bucket(scheme: str, sparse: bool, hook_reads: dict) -> None:
     """A steady-state step's backward reads device data on the host at most once per exchange round, as the
     double counts (every thread) and as the communicator counts."""
-    for got in _spawn("hook_reads", 4, {"scheme": scheme, "sparse": sparse}):
+    for got in hook_reads[(scheme, sparse)]:
         assert got["read"] <= got["rounds"], got
         assert got["counted"] <= got["rounds"], got
 
@@ -113,21 +125,43 @@ def test_zen_deadline_fires_before_the_watchdog() -> None:
     assert got[-1] == "stalled"
 
 
-@pytest.mark.parametrize(("zen_timeout_s", "want"), [(None, "15.0"), (10.0, "10.0"), (30.0, "ZenInputError")])
-def test_zen_timeout_against_the_group_timeout(zen_timeout_s: float | None, want: str) -> None:
+TIMEOUT_CASES = [(None, "15.0"), (10.0, "10.0"), (30.0, "ZenInputError")]
+
+
+@pytest.fixture(scope="module")
+def timeouts_against_group() -> dict[float | None, list[str]]:
+    """Every case of test_zen_timeout_against_the_group_timeout in one launch (a communicator each)."""
+    cases = [zen_timeout_s for zen_timeout_s, _ in TIMEOUT_CASES]
+    per_rank = _spawn("timeouts_against_group", 2, {"cases": cases}, pg_timeout_s=20)
+    return {case: [got[k] for got in per_rank] for k, case in enumerate(cases)}
+
+
+@pytest.mark.parametrize(("zen_timeout_s", "want"), TIMEOUT_CASES)
+def test_zen_timeout_against_the_group_timeout(zen_timeout_s: float | None, want: str,
+                                               timeouts_against_group: dict) -> None:
     """A group whose watchdog acts after 20 s: Zen's default timeout is shortened to end first (by a quarter of it);
     a shorter one is kept; a longer one the user chose is refused at the first call, saying what to change."""
-    for got in _spawn("timeout_against_group", 2, {"zen_timeout_s": zen_timeout_s}, pg_timeout_s=20):
+    for got in timeouts_against_group[zen_timeout_s]:
         assert got.startswith(want), got
         if want == "ZenInputError":
             assert "process group's own timeout of 20s" in got and "watchdog" in got, got
 
 
-@pytest.mark.parametrize(("scheme", "sparse"), [("zen", False), ("zen", True)])
-def test_hook_waits_without_polling(scheme: str, sparse: bool) -> None:
+SLEEP_CASES = [("zen", False), ("zen", True)]
+
+
+@pytest.fixture(scope="module")
+def thread_sleeps() -> dict[tuple[str, bool], list[dict[str, int]]]:
+    """Every case of test_hook_waits_without_polling in one launch of 2 ranks."""
+    per_rank = _spawn("thread_sleeps_of", 2, {"cases": [{"scheme": c, "sparse": s} for c, s in SLEEP_CASES]})
+    return {case: [got[k] for got in per_rank] for k, case in enumerate(SLEEP_CASES)}
+
+
+@pytest.mark.parametrize(("scheme", "sparse"), SLEEP_CASES)
+def test_hook_waits_without_polling(scheme: str, sparse: bool, thread_sleeps: dict) -> None:
     """No thread of the hook, nor backward's, sleeps in a steady-state step: they wait on futures (completion on
     the double is learned by the communicator's completion thread, zen.comm.completion), never in a poll loop."""
-    for got in _spawn("thread_sleeps", 2, {"scheme": scheme, "sparse": sparse}):
+    for got in thread_sleeps[(scheme, sparse)]:
         assert got == {}, got
 
 
@@ -183,29 +217,52 @@ def _self_test(rule: str, disabled: bool) -> bool:
         return False
 
 
-@pytest.mark.parametrize("rule", sorted(SELF_TESTS))
-def test_double_reports_its_rule(rule: str) -> None:
-    assert _self_test(rule, disabled=False), rule
+CROWDED_START_S = 10.0  # a group timeout shorter than this may run out while ranks of other launches start
+OTHER_SELF_TESTS: dict[str, tuple[str, Callable[[], Any]]] = {  # key: (its test, its launch)
+    "output_written": ("test_double_reports_an_output_written_before_its_wait",
+                       lambda: _spawn("written_before_wait", 2, {"what": "output"})),
+    "pairs": ("test_double_pairs_sends_and_receives_in_order", lambda: _spawn("send_then_recv_pairs", 2)),
+    "refused": ("test_double_refuses_what_nccl_lacks", lambda: _spawn("refused", 2)),
+}
+
+
+@pytest.fixture(scope="module")
+def self_tests(request: pytest.FixtureRequest) -> dict[tuple[str, bool] | str, Any]:
+    """The selected self-tests' launches, three at a time: a self-test's ranks mostly wait (on a peer's sleep, the
+    double's deadlock timer or its watchdog), so the waits overlap. One whose group timeout is short runs alone
+    first (its ranks' start-up must not outlast that timeout)."""
+    wanted = [(rule, False) for rule in selected(request, "test_double_reports_its_rule", "rule")]
+    wanted += [(rule, True) for rule in selected(request, "test_double_misses_the_bug_with_its_rule_disabled", "rule")]
+    jobs: dict[Any, Callable[[], Any]] = {key: functools.partial(_self_test, *key) for key in wanted}
+    alone = [key for key in jobs if SELF_TESTS[key[0]][3] < CROWDED_START_S]
+    done = {key: at_once({key: jobs.pop(key)}, workers=1)[key] for key in alone}
+    jobs.update({key: launch for key, (test, launch) in OTHER_SELF_TESTS.items() if selected(request, test)})
+    return {**done, **at_once(jobs, workers=3)}
 
 
 @pytest.mark.parametrize("rule", sorted(SELF_TESTS))
-def test_double_misses_the_bug_with_its_rule_disabled(rule: str) -> None:
+def test_double_reports_its_rule(rule: str, self_tests: dict[tuple[str, bool], Any]) -> None:
+    assert value(self_tests[(rule, False)]) is True, rule
+
+
+@pytest.mark.parametrize("rule", sorted(SELF_TESTS))
+def test_double_misses_the_bug_with_its_rule_disabled(rule: str, self_tests: dict[tuple[str, bool], Any]) -> None:
     """The broken variant of each rule (ZEN_RULES_DISABLE): the same self-test then fails, so the rule is what
     catches its bug."""
-    assert not _self_test(rule, disabled=True), rule
+    assert value(self_tests[(rule, True)]) is False, rule
 
 
-def test_double_reports_an_output_written_before_its_wait() -> None:
-    for m in _spawn("written_before_wait", 2, {"what": "output"}):
+def test_double_reports_an_output_written_before_its_wait(self_tests: dict[tuple[str, bool] | str, Any]) -> None:
+    for m in value(self_tests["output_written"]):
         assert "output buffer" in m and "written before its wait" in m, m
 
 
-def test_double_pairs_sends_and_receives_in_order() -> None:
-    assert _spawn("send_then_recv_pairs", 2) == [[1.0] * 4, [0.0] * 4]
+def test_double_pairs_sends_and_receives_in_order(self_tests: dict[tuple[str, bool] | str, Any]) -> None:
+    assert value(self_tests["pairs"]) == [[1.0] * 4, [0.0] * 4]
 
 
-def test_double_refuses_what_nccl_lacks() -> None:
-    for got in _spawn("refused", 2):
+def test_double_refuses_what_nccl_lacks(self_tests: dict[tuple[str, bool] | str, Any]) -> None:
+    for got in value(self_tests["refused"]):
         assert "any source" in got["recv_anysource"], got
         assert "sparse" in got["sparse"], got
         assert "issued" in got["mismatch"], got

@@ -252,24 +252,11 @@ def test_real_workloads_tiny_zen_matches_allreduce(tmp_path):
         assert (tmp_path / f"{name}.json").is_file()
 
 
-def _no_emulated_cluster() -> str | None:
-    from harness.netem import NetemError, emulated_cluster
-
-    try:
-        with emulated_cluster(1, "1gbit"):
-            return None
-    except NetemError as exc:
-        return str(exc)
-
-
 @pytest.mark.slow
-def test_training_on_the_emulated_cluster_matches_loopback(tmp_path):
+def test_training_on_the_emulated_cluster_matches_loopback(tmp_path, netem):
     """--bandwidth runs the same ranks behind shaped links: same losses, bytes, and the config says so. zen-hc:
     its bytes follow from the data alone (zen picks BP or HC per part by measured time, which differs between
     networks, and BP's hash partitions come from a fresh shared seed each launch)."""
-    why = _no_emulated_cluster()
-    if why:
-        pytest.skip(f"no emulated cluster here: {why}")
     common = ["--workload", "toy", "--scheme", "allreduce,zen-hc", "--wandb-mode", "disabled", "--world-size", "2",
               "--steps", "6", "--warmup", "2"]
     shaped = _train(tmp_path, *common, "--bandwidth", "200mbit")

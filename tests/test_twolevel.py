@@ -5,7 +5,9 @@ ranks share one namespace whose uplink carries only the inter-node traffic."""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -180,6 +182,11 @@ def real_ranks(k: int, schemes: list[str], bad_k: int, intra: str) -> dict[str, 
     return report
 
 
+def real_ranks_each(k: int, schemes: list[str], bad_k: int, intras: list[str]) -> dict[str, dict[str, Any]]:
+    """Rank body: real_ranks of every node step in one launch (each its own node groups and synchronizers)."""
+    return {intra: real_ranks(k, schemes, bad_k, intra) for intra in intras}
+
+
 def _error_of(fn: Any) -> str:
     try:
         fn()
@@ -188,13 +195,27 @@ def _error_of(fn: Any) -> str:
     return "no error"
 
 
+INTRAS = ["dense", "sparse"]
+REAL_SCHEMES = ["zen", "zen-bp", "agsparse", "allreduce"]
+
+
+@pytest.fixture(scope="module")
+def real_reports() -> Callable[[int, int, int], list[dict[str, dict[str, Any]]]]:
+    """real_ranks of both node steps in one launch per layout (the first test of a layout launches it)."""
+    @functools.cache
+    def launch(P: int, k: int, bad_k: int) -> list[dict[str, dict[str, Any]]]:
+        return spawn("tests.test_twolevel:real_ranks_each", P,
+                     {"k": k, "schemes": REAL_SCHEMES, "bad_k": bad_k, "intras": INTRAS}, timeout_s=900)
+
+    return launch
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("intra", ["dense", "sparse"])
+@pytest.mark.parametrize("intra", INTRAS)
 @pytest.mark.parametrize(("P", "k", "bad_k"), [(4, 2, 3), (6, 2, 4)], ids=["2x2", "3x2"])
-def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int, intra: str) -> None:
-    schemes = ["zen", "zen-bp", "agsparse", "allreduce"]
-    reports = spawn("tests.test_twolevel:real_ranks", P, {"k": k, "schemes": schemes, "bad_k": bad_k, "intra": intra},
-                    timeout_s=600)
+def test_lossless_and_bytes_real_gloo(P: int, k: int, bad_k: int, intra: str, real_reports: Callable) -> None:
+    schemes = REAL_SCHEMES
+    reports = [each[intra] for each in real_reports(P, k, bad_k)]
     for case, make in TWO_LEVEL_CASES.items():
         tensors = [make(r, P, torch.float32) for r in range(P)]
         for scheme in schemes:
@@ -230,12 +251,32 @@ def auto_ranks(k: int, calls: int, scheme_name: str = "zen-hc") -> list[tuple[st
     return seen
 
 
+def auto_ranks_each(cases: list[dict[str, Any]]) -> list[list[tuple[str, bool]]]:
+    """Rank body: auto_ranks of every case in one launch (each its own communicator, node groups and scheme)."""
+    return [auto_ranks(**case) for case in cases]
+
+
+@pytest.fixture(scope="module")
+def auto_runs() -> dict[str, list[list[tuple[str, bool]]]]:
+    """auto_ranks for zen-hc and for zen in one launch of 4 ranks: per scheme, each rank's calls."""
+    from zen.algorithms.selector import ZenAuto
+    from zen.twolevel import CANDIDATES, TRIAL_CALLS
+
+    zen_auto = ZenAuto()
+    settle = zen_auto.measure_iters + 2 * zen_auto.trial_iters  # BP's measuring calls, then each HC variant's
+    cases = [{"k": 2, "calls": len(CANDIDATES) * TRIAL_CALLS + 2, "scheme_name": "zen-hc"},
+             {"k": 2, "calls": len(CANDIDATES) * (settle + TRIAL_CALLS) + 2, "scheme_name": "zen"}]
+    per_rank = spawn("tests.test_twolevel:auto_ranks_each", 4, {"cases": cases}, timeout_s=600)
+    return {case["scheme_name"]: [runs[i] for runs in per_rank] for i, case in enumerate(cases)}
+
+
 @pytest.mark.slow
-def test_intra_auto_tries_each_then_all_ranks_keep_one() -> None:
+def test_intra_auto_tries_each_then_all_ranks_keep_one(auto_runs: dict[str, list[list[tuple[str, bool]]]]) -> None:
     from zen.twolevel import CANDIDATES, TRIAL_CALLS
 
     trial = len(CANDIDATES) * TRIAL_CALLS
-    per_rank = spawn("tests.test_twolevel:auto_ranks", 4, {"k": 2, "calls": trial + 2}, timeout_s=300)
+    per_rank = auto_runs["zen-hc"]
+    assert all(len(seen) == trial + 2 for seen in per_rank)
     for seen in per_rank:
         assert all(ok for _, ok in seen)
         assert [m for m, _ in seen[:trial]] == ["dense", "sparse", "flat"] * TRIAL_CALLS
@@ -244,7 +285,7 @@ def test_intra_auto_tries_each_then_all_ranks_keep_one() -> None:
 
 
 @pytest.mark.slow
-def test_intra_auto_times_zen_only_once_it_has_settled() -> None:
+def test_intra_auto_times_zen_only_once_it_has_settled(auto_runs: dict[str, list[list[tuple[str, bool]]]]) -> None:
     """zen spends its first calls of a size choosing BP or HC (2 BP, then 2 of each HC variant): each candidate
     runs those untimed before its timed calls, so the trial compares the paths zen will keep, not BP's."""
     from zen.algorithms.selector import ZenAuto
@@ -254,8 +295,8 @@ def test_intra_auto_times_zen_only_once_it_has_settled() -> None:
     zen_auto = ZenAuto()
     settle = zen_auto.measure_iters + 2 * zen_auto.trial_iters  # BP's measuring calls, then each HC variant's
     trial = len(CANDIDATES) * (settle + TRIAL_CALLS)
-    per_rank = spawn("tests.test_twolevel:auto_ranks", 4, {"k": 2, "calls": trial + 2, "scheme_name": "zen"},
-                     timeout_s=300)
+    per_rank = auto_runs["zen"]
+    assert all(len(seen) == trial + 2 for seen in per_rank)
     for seen in per_rank:
         assert all(ok for _, ok in seen)
         assert [m for m, _ in seen[:trial]] == ["dense", "sparse", "flat"] * (settle + TRIAL_CALLS)
