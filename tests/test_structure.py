@@ -1,9 +1,11 @@
 """The house rules the code must keep: the library stands without the harness, its modules import each other
-without cycles, and its internal functions take few parameters."""
+without cycles and only from their own layer or below (docs/CONTRIBUTING.md's table), and its internal functions
+take few parameters."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +72,40 @@ def test_zen_modules_import_each_other_without_cycles() -> None:
 
     for name in sorted(graph):
         visit(name, [])
+
+
+def _layers() -> list[list[str]]:
+    """docs/CONTRIBUTING.md's layer table, top to bottom: each layer's paths (a folder ends in /, `zen/*.py` is
+    every top-level module no other row names)."""
+    text = (ROOT / "docs" / "CONTRIBUTING.md").read_text()
+    table = text[text.index("| layer | what | folders |"):].split("\n\n")[0].splitlines()[2:]
+    return [re.findall(r"`([^`]+)`", row.rsplit("|", 2)[1]) for row in table]
+
+
+def _layer_of(path: str, layers: list[list[str]]) -> int:
+    """The layer a file belongs to: the longest path of the table that names it."""
+    best, where = -1, -1
+    for i, paths in enumerate(layers):
+        for p in paths:
+            hit = (path.startswith(p) if p.endswith("/") else path == p) or (
+                p == "zen/*.py" and path.count("/") == 1 and path.startswith("zen/"))
+            size = 0 if p == "zen/*.py" else len(p)
+            if hit and size > best:
+                best, where = size, i
+    assert where >= 0, f"{path} is in no layer of docs/CONTRIBUTING.md"
+    return where
+
+
+def test_zen_modules_import_only_from_their_layer_or_below() -> None:
+    layers, modules = _layers(), _modules()
+    files = {}
+    for path in (ROOT / "zen").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = str(path.relative_to(ROOT))
+    up = sorted(f"{files[name]} imports {files[dep]}" for name, tree in modules.items()
+                for dep in _imports(tree, False, modules)
+                if dep in modules and _layer_of(files[dep], layers) < _layer_of(files[name], layers))
+    assert not up, "imports from a lower layer back up: " + "; ".join(up)
 
 
 def test_internal_functions_take_at_most_eight_parameters() -> None:

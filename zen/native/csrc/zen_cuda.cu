@@ -85,6 +85,23 @@ __device__ __forceinline__ void copy_row(Bits* dst, const Bits* src, int64_t D) 
 
 __device__ __forceinline__ bool bit_at(const uint8_t* bytes, int64_t t) { return (bytes[t >> 3] >> (t & 7)) & 1; }
 
+// A warp's walk over positions [lo, hi), kStep at a time: each lane tests its kUnroll positions (a warp apart, all
+// loads issued before any ballot), then body(first, ballot, passed) runs for each of them in order, `first` the
+// position of the ballot's lane 0.
+template <typename Op, typename Body>
+__device__ __forceinline__ void walk_segment(const Op& op, int64_t lo, int64_t hi, int lane, Body&& body) {
+  for (int64_t base = lo; base < hi; base += kStep) {
+    bool pass[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int64_t i = base + j * kWarp + lane;
+      pass[j] = i < hi && op.test(i);
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) body(base + j * kWarp, __ballot_sync(kFull, pass[j]), pass[j]);
+  }
+}
+
 // Count pass: counts[w] = positions of segment w that pass op.test; op.word(first, ballot) sees every
 // 32-position word of test results (the bitmap encoder stores them).
 template <typename Op>
@@ -95,20 +112,10 @@ __global__ void segment_count(Op op, int64_t total, int64_t* counts) {
   if (lo >= total) return;
   const int64_t hi = min(total, lo + kSegment);
   int64_t count = 0;
-  for (int64_t base = lo; base < hi; base += kStep) {
-    bool pass[kUnroll];
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t i = base + j * kWarp + lane;
-      pass[j] = i < hi && op.test(i);
-    }
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const unsigned b = __ballot_sync(kFull, pass[j]);
-      op.word(base + j * kWarp, b, lane);
-      count += __popc(b);
-    }
-  }
+  walk_segment(op, lo, hi, lane, [&](int64_t first, unsigned b, bool) {
+    op.word(first, b, lane);
+    count += __popc(b);
+  });
   if (lane == 0) counts[w] = count;
 }
 
@@ -122,20 +129,10 @@ __global__ void segment_write(Op op, int64_t total, const int64_t* starts) {
   const int64_t hi = min(total, lo + kSegment);
   int64_t at = starts[w];
   const unsigned lt = lanemask_lt();
-  for (int64_t base = lo; base < hi; base += kStep) {
-    bool pass[kUnroll];
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t i = base + j * kWarp + lane;
-      pass[j] = i < hi && op.test(i);
-    }
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const unsigned b = __ballot_sync(kFull, pass[j]);
-      if (pass[j]) op.emit(base + j * kWarp + lane, at + __popc(b & lt));
-      at += __popc(b);
-    }
-  }
+  walk_segment(op, lo, hi, lane, [&](int64_t first, unsigned b, bool pass) {
+    if (pass) op.emit(first + lane, at + __popc(b & lt));
+    at += __popc(b);
+  });
 }
 
 // Runs both passes over positions [0, total); returns the number emitted. `before_write(k)` runs between
