@@ -134,3 +134,17 @@ def test_harness_modules_and_functions_stay_small(folder: str) -> None:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
                 big.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}")
     assert not big, big
+
+
+def test_the_synchronizer_takes_the_calls_data_and_never_asks_a_schemes_type() -> None:
+    """Policy lives in the frozen SyncConfig and wrappers are schemes (zen/route.py): `run` gets a call's data
+    only, and the synchronizer never branches on what a scheme is."""
+    from inspect import signature
+
+    from zen.core.synchronizer import Synchronizer
+
+    assert list(signature(Synchronizer.run).parameters) == ["self", "parts", "tag", "divisor", "step"]
+    tree = ast.parse((ROOT / "zen" / "core" / "synchronizer.py").read_text())
+    asked = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id in ("isinstance", "hasattr", "getattr")]
+    assert not asked, f"zen/core/synchronizer.py asks a type or an attribute at lines {asked}"
