@@ -20,8 +20,10 @@ from workloads.criteo import KAGGLE_CARDINALITIES, CriteoLike
 from workloads.sparsity import (
     densification,
     density,
+    intersections,
     nonzero_rows,
-    overlap_ratio,
+    overlaps,
+    partition_bounds,
     partition_counts,
     partition_shares,
     skewness,
@@ -138,9 +140,20 @@ A, B, M = t(0, 1, 2, 3, 9), t(2, 3, 4, 12), 16
 
 def test_density_overlap_and_union() -> None:
     assert density(A, M) == 5 / 16
-    assert overlap_ratio(A, B) == 2 / 4  # {2, 3} over the smaller set
-    assert overlap_ratio(A, t()) == 0.0
-    assert union([A, B]).tolist() == [0, 1, 2, 3, 4, 9, 12]
+    # {2, 3} over the smaller set; an empty set overlaps nothing
+    assert overlaps([A, B, t()], M) == {(0, 1): 2 / 4, (0, 2): 0.0, (1, 2): 0.0}
+    assert intersections([A, B, t(12, 0)], M).tolist() == [[5, 2, 1], [2, 4, 1], [1, 1, 2]]
+    assert union([A, B], M).tolist() == [0, 1, 2, 3, 4, 9, 12]
+
+
+def test_intersections_in_many_blocks_equal_the_pairwise_set_intersections(monkeypatch) -> None:
+    """Blocks of 7 columns (the union spans several), sets in any order, one empty: every pair's count is the
+    size of its set intersection."""
+    monkeypatch.setattr("workloads.sparsity.BLOCK", 7 * 5)
+    gen = torch.Generator().manual_seed(3)
+    sets = [torch.randperm(200, generator=gen)[:k] for k in (40, 90, 1, 0, 150)]
+    got = intersections(sets, 200).tolist()
+    assert got == [[len(set(a.tolist()) & set(b.tolist())) for b in sets] for a in sets]
 
 
 def test_densification_ratio() -> None:
@@ -161,6 +174,17 @@ def test_skewness_and_partition_shares() -> None:
     # uneven ranges: M = 10 in 4 parts -> [0,2) [2,5) [5,7) [7,10)
     assert partition_counts(t(1, 4, 9), 10, 4).tolist() == [1, 1, 0, 1]
     assert skewness(t(1, 4, 9), 10, 4) == pytest.approx((1 / 2) / (3 / 10))
+
+
+def test_partition_counts_equal_a_count_between_the_bounds() -> None:
+    """Any M and number of ranges (more ranges than rows too), ids in any order: each range's count is the ids
+    between its bounds."""
+    gen = torch.Generator().manual_seed(5)
+    for rows, parts in [(10, 4), (1000, 7), (5, 12), (97, 97), (1, 3)]:
+        ids = torch.randperm(rows, generator=gen)[: rows // 2 + 1]
+        bounds = partition_bounds(rows, parts).tolist()
+        want = [sum(lo <= i < hi for i in ids.tolist()) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+        assert partition_counts(ids.int(), rows, parts).tolist() == want
 
 
 def test_nonzero_rows() -> None:
@@ -248,3 +272,17 @@ def test_zen_profile_with_a_compressor_records_each_workers_choice_per_tensor(tm
     assert summary["loss"][0] != summary["loss"][1]
     assert zen_main(["profile", "--workload", "lstm", "--preset", "tiny", "--out", str(tmp_path / "x"),
                      "--compress-option", "momentum=0.5"]) == 2
+
+
+def test_zen_profile_with_a_compressor_is_the_same_on_every_run(tmp_path) -> None:
+    """Training randomness (GPT-2's dropout) is seeded with --seed: two runs in one process record the same
+    choices and losses."""
+    from workloads.profile import profile
+
+    runs = []
+    for k in range(2):
+        profile("gpt2", "tiny", 2, 1, 0, tmp_path / str(k), compress={"name": "dgc", "density": 0.1})
+        runs.append(torch.load(tmp_path / str(k) / "traces.pt"))
+    assert runs[0]["losses"] == runs[1]["losses"]
+    assert all(torch.equal(a, b) for s, t in zip(runs[0]["indices"], runs[1]["indices"], strict=True)
+               for x, y in zip(s, t, strict=True) for a, b in zip(x, y, strict=True))

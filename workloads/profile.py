@@ -20,7 +20,6 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -165,8 +164,7 @@ def step_rows(trace: Trace, step: int) -> tuple[list[dict], list[dict], list[dic
         workers.append(row)
     unions = [{"step": step, "n": n, "density": d, "gamma": g}
               for n, (d, g) in sparsity.densification(sets, m).items()]
-    pairs = [{"step": step, "i": i, "j": j, "overlap": sparsity.overlap_ratio(sets[i], sets[j])}
-             for i, j in combinations(range(len(sets)), 2)]
+    pairs = [{"step": step, "i": i, "j": j, "overlap": r} for (i, j), r in sparsity.overlaps(sets, m).items()]
     return workers, unions, pairs
 
 
@@ -181,7 +179,7 @@ def summarize(trace: Trace, workers: list[dict], unions: list[dict], pairs: list
     for r in pairs:
         pair_overlaps.setdefault((r["i"], r["j"]), []).append(r["overlap"])
 
-    full_union = [sparsity.union([trace.stacked(s, w) for w in range(n_workers)]) for s in range(n_steps)]
+    full_union = [sparsity.union([trace.stacked(s, w) for w in range(n_workers)], m) for s in range(n_steps)]
     per_param = [_mean([sparsity.density(trace.indices[s][w][k], p["rows"])
                         for s in range(n_steps) for w in range(n_workers)])
                  for k, p in enumerate(trace.params)]
@@ -225,6 +223,7 @@ def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Pa
     sparsifier chooses), summarize and write; returns the summary (also in out/profile.json)."""
     t0 = time.perf_counter()
     workload = build_workload(name, preset, seed)
+    torch.manual_seed(seed)  # the training randomness (dropout's masks): the same trace on every run
     if compress is not None:
         trace = record(workload, workers, steps, seed, update, lambda: make_compressor(**compress))
     elif rows_from == "ids":
