@@ -3,6 +3,7 @@
   timeline   this machine's compute timeline of a workload (one thread, DDP's buckets)
   calibrate  this machine's cost of a message on the emulated cluster
   blockcost  this machine's cost of OmniReduce's aggregator work per block
+  mergecost  this machine's cost of SparCML's merge of two streams (per row and value)
   fidelity   one emulated-cluster cell simulated, beside what `zen train` measured there
   paper      the paper's cluster (and larger) simulated from a paper-density trace
   fig8       Fig 8 with latency and contention: each scheme's embedding sync on a flat cluster
@@ -49,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, required=True)
     bc = sub.add_parser("blockcost", help="this machine's cost of OmniReduce's aggregator work per block")
     bc.add_argument("--out", type=Path, required=True)
+    mc = sub.add_parser("mergecost", help="this machine's cost of SparCML's merge of two streams, per row and value")
+    mc.add_argument("--out", type=Path, required=True)
     v = sub.add_parser("fidelity", help="one emulated-cluster cell simulated beside its measurement")
     v.add_argument("--measured", type=Path, nargs="+", required=True,
                    help="`zen train --out` JSONs of one workload and world size (one per link rate), or an "
@@ -74,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the roofline's compute times this (repeatable; default 1): Fig 11's sensitivity to it")
     pp.add_argument("--block-cost", type=Path, help="`python -m simulator blockcost --out`: OmniReduce's "
                     "aggregator work per block, priced (default: left out)")
+    pp.add_argument("--merge-cost", type=Path, help="`python -m simulator mergecost --out`: SparCML's merge per "
+                    "round, priced (default: left out)")
     pp.add_argument("--csv", type=Path, required=True)
     f = sub.add_parser("fig8", help="Fig 8 with latency and contention, from a paper-density trace")
     f.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
@@ -110,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    commands = {"timeline": _timeline, "calibrate": _calibrate, "blockcost": _blockcost, "fidelity": _fidelity,
-                "paper": _paper, "fig8": _fig8, "llm": _llm}
+    commands = {"timeline": _timeline, "calibrate": _calibrate, "blockcost": _blockcost, "mergecost": _mergecost,
+                "fidelity": _fidelity, "paper": _paper, "fig8": _fig8, "llm": _llm}
     if args.command not in commands:
         raise UsageError(f"unknown command {args.command}")
     commands[args.command](args)
@@ -149,6 +154,14 @@ def _blockcost(args: argparse.Namespace) -> None:
     print(block)
 
 
+def _mergecost(args: argparse.Namespace) -> None:
+    from simulator.sparcmerge import measure
+
+    merge = measure()
+    merge.save(args.out)
+    print(merge)
+
+
 def _fidelity(args: argparse.Namespace) -> None:
     from harness.provenance import write_csv
     from simulator.compare import fidelity_rows, reports_from_throughput
@@ -175,15 +188,20 @@ def _paper(args: argparse.Namespace) -> None:
     from harness.provenance import write_csv
     from simulator.omnistream import BlockCost
     from simulator.paper import table
+    from simulator.sparcmerge import MergeCost
 
     _need_trace(args.profile)
     if any(c <= 0 for c in args.compute_scale or []):
         raise UsageError(f"--compute-scale must be positive, got {args.compute_scale}")
-    if args.block_cost is not None and not args.block_cost.is_file():
-        raise UsageError(f"--block-cost {args.block_cost}: no such file")
+    for flag, path in (("--block-cost", args.block_cost), ("--merge-cost", args.merge_cost)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+    if args.merge_cost is not None and args.per != "gpu":
+        raise UsageError("--merge-cost needs --per gpu (SparCML's merges run on each GPU's processor)")
     cost = BlockCost.load(args.block_cost) if args.block_cost is not None else None
+    merge = MergeCost.load(args.merge_cost) if args.merge_cost is not None else None
     rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],
-                 args.schemes.split(","), args.jobs, args.per, tuple(args.compute_scale or [1.0]), cost)
+                 args.schemes.split(","), args.jobs, args.per, tuple(args.compute_scale or [1.0]), cost, merge)
     write_csv(args.csv, rows)
     for r in rows:
         print(f"{r['workload']:>5} {r['nodes']:>3}x{r['gpus_per_node']} {r['bandwidth_gbps']:>5g} Gbps "

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 
-from simulator import engine, omnistream, platform
+from simulator import engine, omnistream, platform, sparcmerge
 from simulator.omnistream import BlockCost
 from simulator.record import record_once
 from simulator.schedule import COLLECTIVES, Comm, Compute, Item, StepResult
+from simulator.sparcmerge import MergeCost
 from simulator.step import Calls, step_streams
 from simulator.timeline import Bucket, Param, Timeline
 from simulator.widths import extrapolate, plan
@@ -151,7 +152,7 @@ def embedding_calls(cross: list[list[list[Item]]] | None, nodes: int, gpus: int,
                               {p: shard_bytes[j] for p in peers}))
         items.append(Compute(shard_bytes[j] / 4 / V100_HASH_RATE))
         if cross is not None:
-            items += [_global(i, j, gpus, nodes) for i in cross[j][m] if isinstance(i, Comm)]
+            items += [_global(i, j, gpus, nodes) if isinstance(i, Comm) else i for i in cross[j][m]]
         if gpus > 1:
             items.append(Comm("all_to_all", "ag", {p: shard_bytes[j] for p in peers},
                               {p: shard_bytes[p % gpus] for p in peers}))
@@ -230,14 +231,15 @@ def variants(name: str) -> list[tuple[str, dict[str, object]]]:
 
 def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
              schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu", compute_scale: float = 1.0,
-             block_cost: BlockCost | None = None, notes: dict[str, dict[str, float]] | None = None
-             ) -> dict[float, dict[str, StepResult]]:
+             block_cost: BlockCost | None = None, notes: dict[str, dict[str, float]] | None = None,
+             merge_cost: MergeCost | None = None) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
     "none" computing only. Schedules are recorded once and replayed at every rate; zen is whichever of its
     plans (`ZEN_PATHS`) gives the shorter step, as its trial picks. `jobs`: simulations run at once. `per`:
     "gpu", every GPU a rank with its own flows; "machine", every machine one endpoint (`machine_calls`: 1/gpus
     of the flows, so 1,024 GPUs fit SimGrid's sharing solver here; tests hold it against "gpu"). `block_cost`:
-    OmniReduce's aggregator work per block, priced (`_sparse_calls`, which notes its size in `notes`)."""
+    OmniReduce's aggregator work per block, priced (`_sparse_calls`, which notes its size in `notes`); `merge_cost`:
+    SparCML's merge per round, likewise."""
     s = SETTINGS[workload]
     width = paper_width(s, rows)
     t = roofline(s, compute_scale)
@@ -264,7 +266,7 @@ def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int,
                 continue
             if make_scheme(scheme, **options).sparse_input:
                 emb = _sparse_calls(scheme, options, shards, (nodes, gpus, rows, width), by_machine, latency_s,
-                                    block_cost, notes)
+                                    block_cost, notes, merge_cost)
             elif by_machine:
                 emb = [machine_all_reduce("emb", 4 * rows * width, gpus) for _ in range(ranks)]
             else:
@@ -284,13 +286,23 @@ def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int,
 
 def _sparse_calls(scheme: str, options: dict[str, object], shards: list[list[torch.Tensor]] | None,
                   size: tuple[int, int, int, int], by_machine: bool, latency_s: float, block_cost: BlockCost | None,
-                  notes: dict[str, dict[str, float]] | None) -> list[list[Item]]:
+                  notes: dict[str, dict[str, float]] | None, merge_cost: MergeCost | None = None
+                  ) -> list[list[Item]]:
     """A sparse scheme's embedding calls (`size`: nodes, GPUs a machine, rows, width). OmniReduce's, when
     `block_cost` is given, with its aggregators' work per pushed block (simulator.omnistream.priced); `notes`
     gets, under the scheme's name, the busiest aggregator's work and its columns' round-trip floor (seconds), and
-    the most blocks a GPU sends and receives (each one of OmniReduce's messages)."""
+    the most blocks a GPU sends and receives (each one of OmniReduce's messages). SparCML's as the paper ran it
+    (SSAR_Recursive_double), when `merge_cost` is given, with each round's merge after it (simulator.sparcmerge;
+    per GPU only), its busiest GPU's merges noted."""
     nodes, gpus, rows, width = size
     cross = record_cross(scheme, shards, shard_sizes(rows, gpus), width, **options) if shards is not None else None
+    if cross is not None and merge_cost is not None and options.get("variant") == "ssar_recursive_double":
+        if by_machine:
+            raise ValueError("SparCML's merges are priced per GPU (per='gpu'): a machine endpoint has no GPU's own")
+        cross = [[sparcmerge.priced(items, merge_cost, width) for items in shard] for shard in cross]
+        if notes is not None:
+            notes[scheme] = {"merge_work_s": max(sum(i.seconds for i in items if isinstance(i, Compute))
+                                                 for shard in cross for items in shard)}
     if cross is not None and scheme == "omnireduce" and block_cost is not None:
         cross = [[omnistream.priced(items, block_cost) for items in shard] for shard in cross]
         if notes is not None:
@@ -324,10 +336,18 @@ def _block_fields(note: dict[str, float] | None, cost: BlockCost | None) -> dict
     """OmniReduce's streaming costs in a row (NaN for the other schemes): the aggregator's work per block, the
     busiest aggregator's work in the step, its columns' round-trip floor, the most block messages a GPU moves."""
     nan = float("nan")
-    if note is None or cost is None:
+    if note is None or cost is None or "aggregator_work_s" not in note:
         return {"block_cost_ns": nan, "aggregator_work_ms": nan, "round_trip_floor_ms": nan, "block_messages": nan}
     return {"block_cost_ns": 1e9 * cost.aggregate_s, "aggregator_work_ms": 1e3 * note["aggregator_work_s"],
             "round_trip_floor_ms": 1e3 * note["round_trip_floor_s"], "block_messages": note["block_messages"]}
+
+
+def _merge_fields(note: dict[str, float] | None, cost: MergeCost | None, width: int) -> dict[str, float]:
+    """SparCML's merges in a row (NaN for the other schemes): a merged row's cost at the row width, the busiest
+    GPU's merges in the step."""
+    if note is None or cost is None or "merge_work_s" not in note:
+        return {"merge_ns_per_row": float("nan"), "merge_work_ms": float("nan")}
+    return {"merge_ns_per_row": 1e9 * cost.seconds(1, width), "merge_work_ms": 1e3 * note["merge_work_s"]}
 
 
 def step_fields(res: dict[str, StepResult]) -> dict[str, dict[str, float]]:
@@ -342,11 +362,12 @@ def step_fields(res: dict[str, StepResult]) -> dict[str, dict[str, float]]:
 
 def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates: list[float], schemes: list[str],
           jobs: int = 1, per: str = "gpu", compute_scales: tuple[float, ...] = (1.0,),
-          block_cost: BlockCost | None = None) -> list[dict[str, object]]:
+          block_cost: BlockCost | None = None, merge_cost: MergeCost | None = None) -> list[dict[str, object]]:
     """CSV rows: every scheme's simulated step at every machine count, NIC rate and compute scale (of the
     roofline's), with Zen's speedups over it (throughput, and exposed communication) and the analytical model's
     communication time beside (for the schemes it knows by name: not a baseline's paper variant, BASELINE_PATHS);
-    OmniReduce's per-block costs priced with `block_cost`, and its columns' round-trip floor."""
+    OmniReduce's per-block costs priced with `block_cost`, and its columns' round-trip floor; SparCML's merges
+    with `merge_cost`."""
     from harness.bench.cluster import load_profile
 
     rows, sets = load_sets(profile / "traces.pt")
@@ -356,7 +377,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     for nodes, scale in [(n, c) for n in node_counts for c in compute_scales]:
         notes: dict[str, dict[str, float]] = {}
         results = scheme_steps(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per,
-                               compute_scale=scale, block_cost=block_cost, notes=notes)
+                               compute_scale=scale, block_cost=block_cost, notes=notes, merge_cost=merge_cost)
         models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes
                   if name not in BASELINE_PATHS}
         for rate, res in results.items():
@@ -368,5 +389,6 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
                             "samples_per_s": nodes * gpus * s.batch / r.step_s,
                             "model_comm_ms": 1e3 * models[name][rate] if name in models else float("nan"),
                             "timeline": roofline(s).source, "compute_scale": scale, "width": paper_width(s, rows),
-                            "rows": rows, "per": per, **_block_fields(notes.get(name), block_cost)})
+                            "rows": rows, "per": per, **_block_fields(notes.get(name), block_cost),
+                            **_merge_fields(notes.get(name), merge_cost, paper_width(s, rows))})
     return out

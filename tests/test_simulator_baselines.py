@@ -1,16 +1,17 @@
-"""The baselines at the paper's setting (simulator.paper, simulator.omnistream): SparCML as the paper ran it, and
-OmniReduce's per-block costs (its aggregator's work per block, its columns' round trips) priced and carried into
-the step's schedule. No SimGrid needed: these check the schedules the engine is given."""
+"""The baselines at the paper's setting (simulator.paper, simulator.omnistream, simulator.sparcmerge): SparCML as the
+paper ran it and its merges, and OmniReduce's per-block costs (its aggregator's work per block, its columns' round
+trips) priced and carried into the step's schedule. No SimGrid needed: these check the schedules the engine is given."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from simulator import omnistream
+from simulator import omnistream, sparcmerge
 from simulator.omnistream import BlockCost, block_bytes
 from simulator.paper import _sparse_calls, node_shards, variants
 from simulator.schedule import Comm, Compute
+from simulator.sparcmerge import MergeCost
 
 
 def _peers(items: list) -> set[int]:
@@ -89,14 +90,15 @@ def test_omnireduce_block_costs_reach_every_gpus_schedule() -> None:
     assert all(i.cpu_s == 0 for items in bare for i in items if isinstance(i, Comm))
 
 
-def test_a_missing_block_cost_file_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+@pytest.mark.parametrize("flag", ["--block-cost", "--merge-cost"])
+def test_a_missing_cost_file_is_one_line_and_exit_2(flag: str, tmp_path, capsys) -> None:
     from simulator.cli import main
 
     (tmp_path / "traces.pt").write_bytes(b"")
-    assert main(["paper", "--profile", str(tmp_path), "--workload", "lstm", "--block-cost",
+    assert main(["paper", "--profile", str(tmp_path), "--workload", "lstm", flag,
                  str(tmp_path / "none.json"), "--csv", str(tmp_path / "p.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--block-cost" in err[0] and "no such file" in err[0]
+    assert len(err) == 1 and flag in err[0] and "no such file" in err[0]
 
 
 def test_a_tcp_block_message_is_timed_and_bad_arguments_are_one_line(capsys) -> None:
@@ -132,3 +134,46 @@ def test_a_priced_block_cost_lengthens_omnireduces_step_once_it_outlasts_the_pus
     assert steps[BlockCost(1e-9)][0] == pytest.approx(bare, rel=1e-6)
     slow, work = steps[BlockCost(1e-3)]
     assert work > 0.01 and slow > bare + 0.5 * work
+
+
+def test_priced_merges_follow_each_exchange_of_a_stream() -> None:
+    """SparCML's merge comes after every round's exchange of streams with one partner, for both streams' rows (the
+    rank's, sent, and the partner's, received); the counts before the streams, a receive alone (the unfold) and a
+    send alone (the fold's sitter) merge nothing."""
+    width, row = 8, sparcmerge.INDEX_BYTES + 4 * 8
+    rounds = [Comm("all_to_all", "x", {p: 64}, {p: 64}) if k % 2 == 0 else
+              Comm("all_to_all", "x", {p: 10 * k * row}, {p: 30 * row}) for p in (1, 2) for k in (0, 1)]
+    alone = [Comm("all_to_all", "x", {}, {1: 50 * row}), Comm("all_to_all", "x", {1: 50 * row}, {})]
+    got = sparcmerge.priced([*rounds, *alone], MergeCost(2e-9, 1e-9), width)
+    assert [i for i in got if isinstance(i, Comm)] == [*rounds, *alone]
+    assert [k for k, i in enumerate(got) if isinstance(i, Compute)] == [2, 5]  # after each round's streams
+    assert got[2].seconds == pytest.approx(40 * (2e-9 + 8 * 1e-9)) == got[5].seconds
+
+
+def test_merge_cost_is_measured_and_saved(tmp_path) -> None:
+    cost = sparcmerge.measure(rows=4096, repeats=1)
+    assert 0 < cost.seconds(1, 64) < 1e-5 and cost.value_s > 0 and "measured here" in cost.source
+    cost.save(tmp_path / "m.json")
+    assert MergeCost.load(tmp_path / "m.json") == cost
+
+
+def test_sparcml_merges_reach_every_gpus_schedule_in_the_papers_variant_only() -> None:
+    """2 machines x 2 GPUs: with a merge cost, every GPU's embedding call as the paper ran SparCML holds its
+    round's merge after the exchange, and the notes say the busiest GPU's merges; the library's own pick
+    (another variant) and a call without a cost carry none; per machine it is refused."""
+    gen = torch.Generator().manual_seed(4)
+    rows, width = 3000, 8
+    sets = [torch.randperm(rows, generator=gen)[:200].sort().values for _ in range(4)]
+    shards = node_shards(sets, 2, 2, rows)
+    size = (2, 2, rows, width)
+    paper = {"variant": "ssar_recursive_double"}
+    notes: dict[str, dict[str, float]] = {}
+    priced = _sparse_calls("sparcml", paper, shards, size, False, 10e-6, None, notes, MergeCost(1e-6, 1e-7))
+    merges = [[i.seconds for i in items[2:-1] if isinstance(i, Compute)] for items in priced]
+    assert all(len(m) == 1 and m[0] > 0 for m in merges)  # one round between 2 machines
+    assert notes["sparcml"]["merge_work_s"] == pytest.approx(max(m[0] for m in merges))
+    for options, cost in ((paper, None), ({"variant": "ssar_split_allgather"}, MergeCost(1e-6, 1e-7))):
+        bare = _sparse_calls("sparcml", options, shards, size, False, 10e-6, None, None, cost)
+        assert all(sum(isinstance(i, Compute) for i in items) == 1 for items in bare)  # the hashing pass only
+    with pytest.raises(ValueError, match="per GPU"):
+        _sparse_calls("sparcml", paper, shards, size, True, 10e-6, None, None, MergeCost(1e-6, 1e-7))

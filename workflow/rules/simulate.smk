@@ -98,6 +98,24 @@ def block_cost_input(wildcards):
     return [RESULTS + "/sim/block_cost.json"] if SIM_SETTINGS[wildcards.setting].get("block_cost") else []
 
 
+rule measure_merge_cost:
+    """What SparCML's merge of two streams costs here, per row and value (one thread; simulator/sparcmerge.py)."""
+    output:
+        RESULTS + "/sim/merge_cost.json",
+    log:
+        LOGS + "/measure_merge_cost.log",
+    benchmark:
+        BENCHMARKS + "/measure_merge_cost.tsv"
+    threads: workflow.cores  # timed
+    shell:
+        "{PY} -m simulator mergecost --out {output}.tmp > {log} 2>&1 && mv {output}.tmp {output}"
+
+
+def merge_cost_input(wildcards):
+    """The measured merge cost where the setting prices SparCML's merges (`merge_cost: true`)."""
+    return [RESULTS + "/sim/merge_cost.json"] if SIM_SETTINGS[wildcards.setting].get("merge_cost") else []
+
+
 rule simulate_fidelity:
     """One measured cell simulated: every scheme's step on the emulated platform."""
     input:
@@ -164,6 +182,7 @@ rule simulate_paper:
     input:
         trace=lambda wildcards: sim_trace_folder(wildcards) + "/traces.pt",
         block=block_cost_input,
+        merge=merge_cost_input,
     output:
         RESULTS + "/sim/{setting}/{workload}.csv",
     log:
@@ -184,10 +203,11 @@ rule simulate_paper:
         scales=lambda wildcards: " ".join(
             f"--compute-scale {c:g}" for c in SIM_SETTINGS[wildcards.setting].get("compute_scales", [1.0])),
         block=lambda wildcards: " ".join(f"--block-cost {f}" for f in block_cost_input(wildcards)),
+        merge=lambda wildcards: " ".join(f"--merge-cost {f}" for f in merge_cost_input(wildcards)),
     shell:
         "{PY} -m simulator paper --profile {params.folder} --workload {wildcards.workload} --nodes {params.nodes}"
         " --gpus-per-node {params.gpus} {params.rates} --schemes {params.schemes} --per {params.per} {params.scales}"
-        " {params.block} --jobs {threads}"
+        " {params.block} {params.merge} --jobs {threads}"
         " --csv {output} > {log} 2>&1"
 
 
