@@ -36,32 +36,7 @@ def _rate(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m simulator", description="a step simulator on SimGrid (issue 30)")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    t = sub.add_parser("timeline", help="this machine's compute timeline of a workload")
-    t.add_argument("--workload", required=True)
-    t.add_argument("--preset", default="scaled")
-    t.add_argument("--steps", type=positive_int, default=8)
-    t.add_argument("--out", type=Path, required=True)
-    c = sub.add_parser("calibrate", help="this machine's cost of a message on the emulated cluster")
-    c.add_argument("--bandwidth", default="1gbit")
-    c.add_argument("--repeats", type=positive_int, default=20)
-    c.add_argument("--out", type=Path, required=True)
-    bc = sub.add_parser("blockcost", help="this machine's cost of OmniReduce's aggregator work per block")
-    bc.add_argument("--out", type=Path, required=True)
-    mc = sub.add_parser("mergecost", help="this machine's cost of SparCML's merge of two streams, per row and value")
-    mc.add_argument("--out", type=Path, required=True)
-    v = sub.add_parser("fidelity", help="one emulated-cluster cell simulated beside its measurement")
-    v.add_argument("--measured", type=Path, nargs="+", required=True,
-                   help="`zen train --out` JSONs of one workload and world size (one per link rate), or an "
-                        "aggregated training CSV (fig11_throughput.csv) with --workload and --world-size")
-    v.add_argument("--workload", help="the cell to take from a CSV")
-    v.add_argument("--world-size", type=positive_int, help="the cell to take from a CSV")
-    v.add_argument("--timeline", type=Path, required=True, help="`python -m simulator timeline --out`")
-    v.add_argument("--cost", type=Path, required=True, help="`python -m simulator calibrate --out`")
-    v.add_argument("--cores", type=positive_int, default=2)
-    v.add_argument("--csv", type=Path, required=True)
+def _add_paper(sub: argparse._SubParsersAction) -> None:
     pp = sub.add_parser("paper", help="the paper's cluster simulated from a paper-density trace")
     pp.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
     pp.add_argument("--workload", required=True, choices=["lstm", "dlrm", "gpt2", "bert"])
@@ -80,6 +55,34 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--merge-cost", type=Path, help="`python -m simulator mergecost --out`: SparCML's merge per "
                     "round, priced (default: left out)")
     pp.add_argument("--csv", type=Path, required=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m simulator", description="a step simulator on SimGrid (issue 30)")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    t = sub.add_parser("timeline", help="this machine's compute timeline of a workload")
+    t.add_argument("--workload", required=True)
+    t.add_argument("--preset", default="scaled")
+    t.add_argument("--steps", type=positive_int, default=8)
+    t.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("calibrate", help="this machine's cost of a message on the emulated cluster")
+    c.add_argument("--bandwidth", default="1gbit")
+    c.add_argument("--repeats", type=positive_int, default=20)
+    c.add_argument("--out", type=Path, required=True)
+    for name, what in (("blockcost", "OmniReduce's aggregator work per block"),
+                       ("mergecost", "SparCML's merge of two streams, per row and value")):
+        sub.add_parser(name, help=f"this machine's cost of {what}").add_argument("--out", type=Path, required=True)
+    v = sub.add_parser("fidelity", help="one emulated-cluster cell simulated beside its measurement")
+    v.add_argument("--measured", type=Path, nargs="+", required=True,
+                   help="`zen train --out` JSONs of one workload and world size (one per link rate), or an "
+                        "aggregated training CSV (fig11_throughput.csv) with --workload and --world-size")
+    v.add_argument("--workload", help="the cell to take from a CSV")
+    v.add_argument("--world-size", type=positive_int, help="the cell to take from a CSV")
+    v.add_argument("--timeline", type=Path, required=True, help="`python -m simulator timeline --out`")
+    v.add_argument("--cost", type=Path, required=True, help="`python -m simulator calibrate --out`")
+    v.add_argument("--cores", type=positive_int, default=2)
+    v.add_argument("--csv", type=Path, required=True)
+    _add_paper(sub)
     f = sub.add_parser("fig8", help="Fig 8 with latency and contention, from a paper-density trace")
     f.add_argument("--profile", type=Path, required=True, help="a `zen profile --preset table1 --out` folder")
     f.add_argument("--workload", default="gpt2", choices=["lstm", "dlrm", "gpt2", "bert"])
