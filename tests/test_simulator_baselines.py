@@ -177,3 +177,22 @@ def test_sparcml_merges_reach_every_gpus_schedule_in_the_papers_variant_only() -
         assert all(sum(isinstance(i, Compute) for i in items) == 1 for items in bare)  # the hashing pass only
     with pytest.raises(ValueError, match="per GPU"):
         _sparse_calls("sparcml", paper, shards, size, True, 10e-6, None, None, MergeCost(1e-6, 1e-7))
+
+
+@pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
+def test_priced_merges_lengthen_sparcmls_step_by_the_critical_paths_merges() -> None:
+    """2 machines x 2 GPUs: a merge cost far above the round's link time makes SparCML's step longer by about the
+    busiest GPU's merges (each lies between its round and the all-gather that follows); zen's step is unchanged."""
+    pytest.importorskip("simgrid", reason="SimGrid's Python module is missing (the simulator's engine)")
+    from simulator.paper import scheme_steps
+
+    gen = torch.Generator().manual_seed(6)
+    rows = 4000
+    sets = [torch.randperm(rows, generator=gen)[:300].sort().values for _ in range(4)]
+    steps = {}
+    for cost in (None, MergeCost(1e-4, 1e-6)):
+        notes: dict[str, dict[str, float]] = {}
+        got = scheme_steps("dlrm", sets, rows, 2, 2, [25e9], ["sparcml", "zen"], notes=notes, merge_cost=cost)[25e9]
+        steps[cost] = got["sparcml"].step_s, got["zen"].step_s, notes.get("sparcml", {}).get("merge_work_s", 0.0)
+    (bare, zen, _), (slow, zen_priced, work) = steps.values()
+    assert work > 0.01 and slow > bare + 0.9 * work and zen_priced == pytest.approx(zen, rel=1e-9)
