@@ -15,23 +15,30 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Self
 
 SIZES = (8, 1 << 20, 8 << 20)
 
 
+class Measured:
+    """Constants measured once on a machine and kept as JSON beside the results, so every simulation reads the same
+    numbers (a frozen dataclass's fields, by name)."""
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Self:
+        return cls(**json.loads(path.read_text()))
+
+
 @dataclass(frozen=True)
-class MessageCost:
+class MessageCost(Measured):
     latency_s: float  # a message's latency end to end beyond its bytes' time on the link
     cpu_per_message_s: float  # CPU a posted send or receive costs its rank
     cpu_per_byte_s: float  # CPU a byte sent or received costs its rank
     source: str = ""
 
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
-
-    @staticmethod
-    def load(path: Path) -> MessageCost:
-        return MessageCost(**json.loads(path.read_text()))
 
 
 def probe(repeats: int = 20) -> dict[int, tuple[float, float]]:

@@ -19,12 +19,11 @@ aggregator (setNumSlotsPerThread), each slot one column's block in flight.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
+from simulator.calibrate import Measured
 from simulator.schedule import Comm, Item
 
 BLOCK = 256  # elements a block (the paper's and OmniReduce's default)
@@ -38,16 +37,10 @@ def block_bytes(value_bytes: int = 4) -> int:
 
 
 @dataclass(frozen=True)
-class BlockCost:
+class BlockCost(Measured):
     aggregate_s: float  # one thread's CPU to add one pushed block into its accumulator and track its next offset
     source: str = ""
 
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
-
-    @staticmethod
-    def load(path: Path) -> BlockCost:
-        return BlockCost(**json.loads(path.read_text()))
 
 
 def measure(workers: int = 16, blocks: int = 8192, repeats: int = 15) -> BlockCost:

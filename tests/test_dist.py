@@ -122,3 +122,34 @@ def test_stage_times_script_times_each_stage(capsys: pytest.CaptureFixture[str])
     assert "merge" in hc and "partition" not in hc  # 4 ranks: HC merges after its first of two rounds
     cells = [float(v) for v in rows["call"].replace("/", " ").split()[1:]]
     assert len(cells) == 12 and all(v >= 0 for v in cells)  # wall / CPU / page faults for each of the 4 ranks
+
+
+def test_best_of_all_judges_zen_against_the_fastest_other_scheme(tmp_path, capsys: pytest.CaptureFixture[str]
+                                                                   ) -> None:
+    """scripts/best_of_all.py: per cell zen's median against the fastest other registered scheme's, from one launch;
+    a cell passes within 1.02x or where the 25th-75th percentiles overlap; a bad rate exits 2."""
+    import csv
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import best_of_all
+
+    def row(scheme: str, times: list[float]) -> dict:
+        return {"scheme": scheme, "times_ms": times, "time_ms_median": sorted(times)[len(times) // 2],
+                "choice": "bp" if scheme == "zen" else None, "correct": True}
+
+    apart = [row("zen", [12, 12, 12, 12, 12]), row("agsparse", [10, 10, 10, 10, 10]), row("allreduce", [90] * 5)]
+    close = [row("zen", [10.1] * 5), row("agsparse", [10, 10, 10, 10, 10])]
+    spread = [row("zen", [9, 10, 11, 12, 13]), row("sparcml", [8, 9, 10, 11, 12])]
+    assert [best_of_all.judge(c)["passes"] for c in (apart, close, spread)] == [False, True, True]
+    assert best_of_all.judge(apart)["best"] == "agsparse"
+    with pytest.raises(SystemExit) as refused:
+        best_of_all.main(["--bandwidths", "1zz"])
+    assert refused.value.code == 2
+    out = tmp_path / "cells.csv"
+    best_of_all.main(["--ranks", "3", "--sizes", "12", "--densities", "0.05", "--patterns", "zipf", "--repeats", "4",
+                      "--csv", str(out)])
+    (cell,) = list(csv.DictReader(out.open()))
+    assert cell["correct"] == "True" and cell["best"] in best_of_all.rivals() and cell["zen_plan"]
+    assert "| 3 | loopback | 2^12 | 0.05 | zipf |" in capsys.readouterr().out

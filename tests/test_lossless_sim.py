@@ -194,6 +194,28 @@ def test_hc_union_survives_exact_cancellation(P: int, ids: str) -> None:
         assert {p: v[r] for p, v in res.phases.items() if v[r]} == {p: v for p, v in phases.items() if v}
 
 
+@pytest.mark.parametrize("P", [1, 3, 4, 5])
+@pytest.mark.parametrize("kernels", ["native", "torch-op"])
+def test_hc_gap_codes_follow_a_merged_union(P: int, kernels: str) -> None:
+    """HC with gap-coded ids writes a merged union's codes into the room after its values (zen.comm.pool.after):
+    the merge must leave its union in that room on the torch-op path too (it once returned a fresh tensor there,
+    and the next round raised). Lossless, the same bits on every rank, bytes as predicted; `zen`'s HC plans too."""
+    from harness.bench.patterns import make_gradient
+    from zen.prediction import layout_and_sets, predict
+
+    tensors = [make_gradient("random", 2**14, 0.02, r, P, seed=5) for r in range(P)]
+    total, magnitude = reference_sum(tensors)
+    layout, sets = layout_and_sets(tensors, 7)
+    with native.disabled() if kernels == "torch-op" else contextlib.nullcontext():
+        runs = [("zen-hc", zen.simulate("zen-hc", tensors, seed=7, warmup=2, ids="gaps"))]
+        runs += [("zen", zen.simulate("zen", tensors, seed=7, warmup=2, choice="hc"))]
+    for name, res in runs:
+        assert all(matches_reference(o, total, magnitude, P) for o in res.outputs), (name, P)
+        assert all(torch.equal(o, res.outputs[0]) for o in res.outputs), (name, P)
+        for r, phases in enumerate(predict("zen-hc", sets, layout, ids="gaps")):
+            assert {p: v[r] for p, v in res.phases.items() if v[r]} == {p: v for p, v in phases.items() if v}
+
+
 def _cancelling(P: int) -> list[torch.Tensor]:
     """Random rows where rank 1 cancels most of rank 0's to exactly zero (and row 0, the last row)."""
     from harness.bench.patterns import make_gradient

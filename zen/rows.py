@@ -54,11 +54,15 @@ def merge_rows(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torc
                room: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Ascending union of two (ids, (n, D) values) row sets whose ids are ascending and distinct, rows summed
     (a + b) on shared ids. Values must not be -0.0 (the torch-op path adds rows onto zeros). `room`: (ids,
-    values) of at least both sets' rows that the native path writes the union into (a reused buffer)."""
+    values) of at least both sets' rows that the union is written into (a reused buffer), on either path: callers
+    rely on the bytes after it being theirs (HC writes its gap codes there, zen.comm.pool.after)."""
     if (fast := native.merge_rows(a, b, room)) is not None:
         return fast
     (a_idx, a_val), (b_idx, b_val) = a, b
     ids, inverse = torch.unique(torch.cat([a_idx, b_idx]), sorted=True, return_inverse=True)
-    sums = a_val.new_zeros((ids.numel(), a_val.shape[1]))
+    if room is None:
+        sums = a_val.new_zeros((ids.numel(), a_val.shape[1]))
+    else:
+        ids, sums = room[0][: ids.numel()].copy_(ids), room[1][: ids.numel()].zero_()
     add_messages(sums, [(inverse[: a_idx.numel()], a_val), (inverse[a_idx.numel() :], b_val)])
     return ids, sums

@@ -57,8 +57,26 @@ class Traffic:
         return sum(self.received.values())
 
 
+class _OnTarget:
+    """A counter of `_Prefixed` kept on its target, so what a sub-group's communicator reads or rounds counts once
+    in the call's record. Ignores the dataclass __init__'s zeroing, which runs before the target is set."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, view: _Prefixed | None, owner: type | None = None) -> int:
+        return getattr(view.target, self.name) if view is not None else self  # type: ignore[return-value]
+
+    def __set__(self, view: _Prefixed, value: int) -> None:
+        if hasattr(view, "target"):
+            setattr(view.target, self.name, value)
+
+
 class _Prefixed(Traffic):
     """`Traffic.under`: shares the target's counters, adds the prefix to each phase."""
+
+    host_reads = _OnTarget()  # type: ignore[assignment]
+    rounds = _OnTarget()  # type: ignore[assignment]
 
     def __init__(self, target: Traffic, prefix: str):
         super().__init__(target.sent, target.received, target.calls)
@@ -67,24 +85,6 @@ class _Prefixed(Traffic):
 
     def add(self, phase: str, sent: int, received: int) -> None:
         super().add(self.prefix + phase, sent, received)
-
-    @property  # type: ignore[override]
-    def host_reads(self) -> int:
-        return self.target.host_reads
-
-    @host_reads.setter
-    def host_reads(self, value: int) -> None:
-        if hasattr(self, "target"):
-            self.target.host_reads = value
-
-    @property  # type: ignore[override]
-    def rounds(self) -> int:
-        return self.target.rounds
-
-    @rounds.setter
-    def rounds(self, value: int) -> None:
-        if hasattr(self, "target"):
-            self.target.rounds = value
 
 
 @dataclass

@@ -331,6 +331,21 @@ namespace {
 
 constexpr int kRowWarps = 4;  // warps per block in the S_j kernels (shared cursors: warps * n)
 
+// Walks segment [lo, hi) one warp-wide stride at a time: body(x, p, active, peers) for this lane's position x,
+// p = h0(x), `peers` the lanes of `active` with the same p. Both passes walk the same way, so they agree on order.
+template <typename Body>
+__device__ __forceinline__ void walk_partitions(int64_t lo, int64_t hi, int lane, uint32_t n, Family f, Body&& body) {
+  for (int64_t base = lo; base < hi; base += kWarp) {
+    const int64_t x = base + lane;
+    const unsigned active = __ballot_sync(kFull, x < hi);
+    if (x < hi) {
+      const uint32_t p = zen::partition_of(static_cast<uint64_t>(x), f, n);
+      body(x, p, active, __match_any_sync(active, p));
+    }
+    __syncwarp();
+  }
+}
+
 __global__ void rows_count(int64_t M, int64_t seg, int64_t segs, uint32_t n, Family f, int64_t* hist) {
   extern __shared__ unsigned long long cursors[];
   const int64_t w = global_warp();
@@ -340,17 +355,10 @@ __global__ void rows_count(int64_t M, int64_t seg, int64_t segs, uint32_t n, Fam
   __syncwarp();
   const int64_t lo = w * seg;
   if (lo >= M) return;
-  const int64_t hi = min(M, lo + seg);
-  for (int64_t base = lo; base < hi; base += kWarp) {
-    const int64_t x = base + lane;
-    const unsigned active = __ballot_sync(kFull, x < hi);
-    if (x < hi) {
-      const uint32_t p = zen::partition_of(static_cast<uint64_t>(x), f, n);
-      const unsigned peers = __match_any_sync(active, p);
-      if ((peers & lanemask_lt()) == 0) mine[p] += __popc(peers);
-    }
-    __syncwarp();
-  }
+  const unsigned lt = lanemask_lt();
+  walk_partitions(lo, min(M, lo + seg), lane, n, f, [&](int64_t, uint32_t p, unsigned, unsigned peers) {
+    if ((peers & lt) == 0) mine[p] += __popc(peers);
+  });
   for (uint32_t p = lane; p < n; p += kWarp) hist[static_cast<int64_t>(p) * segs + w] = static_cast<int64_t>(mine[p]);
 }
 
@@ -365,21 +373,13 @@ __global__ void rows_write(int64_t M, int64_t seg, int64_t segs, uint32_t n, Fam
   if (lo >= M) return;
   for (uint32_t p = lane; p < n; p += kWarp) mine[p] = static_cast<unsigned long long>(starts[static_cast<int64_t>(p) * segs + w]);
   __syncwarp();
-  const int64_t hi = min(M, lo + seg);
   const unsigned lt = lanemask_lt();
-  for (int64_t base = lo; base < hi; base += kWarp) {
-    const int64_t x = base + lane;
-    const unsigned active = __ballot_sync(kFull, x < hi);
-    if (x < hi) {
-      const uint32_t p = zen::partition_of(static_cast<uint64_t>(x), f, n);
-      const unsigned peers = __match_any_sync(active, p);
-      const unsigned long long at = mine[p];
-      members[at + __popc(peers & lt)] = static_cast<Idx>(x);
-      __syncwarp(active);
-      if ((peers & lt) == 0) mine[p] = at + __popc(peers);
-    }
-    __syncwarp();
-  }
+  walk_partitions(lo, min(M, lo + seg), lane, n, f, [&](int64_t x, uint32_t p, unsigned active, unsigned peers) {
+    const unsigned long long at = mine[p];
+    members[at + __popc(peers & lt)] = static_cast<Idx>(x);
+    __syncwarp(active);
+    if ((peers & lt) == 0) mine[p] = at + __popc(peers);
+  });
 }
 
 }  // namespace
