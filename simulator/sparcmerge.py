@@ -16,32 +16,24 @@ that is not a power of two (a receive with nothing sent) is not priced: every ma
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
+from simulator.calibrate import Measured
 from simulator.schedule import Comm, Compute, Item
 
 INDEX_BYTES = 4  # SparCML's row ids on the wire (int32; baselines/sparcml.py)
 
 
 @dataclass(frozen=True)
-class MergeCost:
+class MergeCost(Measured):
     row_s: float  # one thread's CPU per input row, besides its values: its id compared and copied
     value_s: float  # per input value: added to its partner's or copied
     source: str = ""
 
     def seconds(self, rows: float, width: int) -> float:
         return rows * (self.row_s + width * self.value_s)
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
-
-    @staticmethod
-    def load(path: Path) -> MergeCost:
-        return MergeCost(**json.loads(path.read_text()))
 
 
 def measure(rows: int = 1 << 16, widths: tuple[int, int] = (8, 64), repeats: int = 9) -> MergeCost:
