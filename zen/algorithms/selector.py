@@ -33,6 +33,7 @@ from zen.algorithms import plans
 from zen.algorithms.bp import BalancedParallelism
 from zen.algorithms.gather import GatherRows
 from zen.algorithms.hc import HierarchicalCentralization
+from zen.algorithms.localcost import LocalCost
 from zen.algorithms.partitions import even_bounds
 from zen.comm.base import Communicator
 from zen.device import Clock
@@ -57,7 +58,8 @@ class ZenAuto:
     the training cells time steps 4-12, so the default stays at two. Every rank decides from the same all-gathered
     numbers. `hc_ids`: how HC's (and its all-gather's) messages carry their ids, "gaps" (zen.gaps: a compressed
     part's rows cost 5 bytes, not 8), "coo" (the paper's) or "auto" (both timed on a real backend; gaps where
-    nothing is timed, as in the simulated group). `choice` fixes a plan (plans.PLANS)."""
+    nothing is timed, as in the simulated group). `choice` fixes a plan (plans.PLANS). `local_cost`: the prediction
+    prices each plan's local work at the constants measured here (zen.algorithms.localcost), else bytes only."""
 
     sparse_input = True
     label = "Zen"
@@ -66,7 +68,7 @@ class ZenAuto:
 
     def __init__(self, measure_iters: int = 2, alpha: float = 0.0, bandwidth_gbps: float = 25.0,
                  choice: str | None = None, select: str = "time", hc_ids: str = "auto", trial_iters: int = 2,
-                 **bp_options: object):
+                 local_cost: bool = True, **bp_options: object):
         if choice is not None and choice not in plans.PLANS:
             raise ValueError(f"choice must be one of {plans.PLANS} or None (auto), got {choice!r}")
         if select not in SELECT:
@@ -82,6 +84,7 @@ class ZenAuto:
         self.measure_iters = max(1, measure_iters)
         self.trial_iters = max(1, trial_iters)
         self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
+        self.local = LocalCost.load() if local_cost else LocalCost()
         self.forced = choice
         self.select = select
         self.measured: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
@@ -177,7 +180,7 @@ class ZenAuto:
                                         range_rows(out, ranges))
         union, mean = counts.union, sum(counts.nnz) / n
         stats.extra["gamma_n"] = union / mean if mean else 1.0
-        return plans.predicted_times(counts, self.net, self._plans())
+        return plans.predicted_times(counts, self.net, self._plans(), self.local)
 
     def _plans(self) -> dict[str, Scheme]:
         return {name: self.plan(name) for name in plans.PLANS}
@@ -196,7 +199,7 @@ class ZenAuto:
         choice = self.forced
         if choice is None:
             counts = plans.counts_of(sets, layout, layout.seed, self.bp)
-            choice = plans.best(plans.predicted_times(counts, self.net, self._plans()),
+            choice = plans.best(plans.predicted_times(counts, self.net, self._plans(), self.local),
                                 "coo" if self.hc_ids == "coo" else "gaps")
         return self.plan(choice).predict(sets, layout)
 
