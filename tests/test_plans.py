@@ -143,3 +143,22 @@ def test_local_cost_is_measured_stored_and_priced(tmp_path) -> None:
     # BP: 3 kernel steps and 2 (n - 1) messages; walks its hashed rows, what it was pushed, what it serves, the union
     assert priced["bp"] - bytes_only["bp"] == pytest.approx(9e-3 + 1e-6 * (1000 + 1000 + 1000 + 4000))
     assert priced["bp-range"] - bytes_only["bp-range"] == pytest.approx(9e-3 + 1e-6 * (1000 + 1000 + 4000))
+
+
+def test_link_rate_measured_from_bp_calls() -> None:
+    """On a clock, the link's rate is what BP's call measured: its busiest bytes over the call less its local work
+    and latency (at least a tenth of the call), so a slow link makes bytes decide and a fast one local work."""
+    from zen.algorithms.localcost import LocalCost
+
+    layout = WireLayout(4, 4000, 1, 4, 4)
+    even = [[250] * 4 for _ in range(4)]
+    c = plans.Counts(layout, [1000] * 4, even, [1000] * 4, [1000] * 4, even, [1000] * 4, [1000] * 4)
+    schemes = {name: make_scheme("zen").plan(name) for name in plans.PLANS}
+    local = LocalCost(row_s=1e-6, byte_s=0.0, step_s=1e-3)
+    net = costmodel.Network(alpha=1e-4, bandwidth=1e9)
+    load = plans.loads(c, schemes)["bp"]
+    spent = load.local_seconds(local) + load.messages * net.alpha
+    slow = plans.measured_link(c, spent + 2.0, net, schemes, local)
+    assert slow.alpha == net.alpha and slow.bandwidth == pytest.approx(load.busy_bytes() / 2.0)
+    fast = plans.measured_link(c, spent, net, schemes, local)  # local work explains the whole call
+    assert fast.bandwidth == pytest.approx(load.busy_bytes() / (0.1 * spent))

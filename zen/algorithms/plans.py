@@ -85,11 +85,17 @@ class Load:
                   for (s1, r1), (s2, r2) in zip(self.phases, other.phases, strict=True)]
         return Load(phases, max(self.messages, other.messages), self.work + other.work)
 
+    def busy_bytes(self) -> float:
+        """The bytes that set the pace: per phase its busiest rank's, sent or received."""
+        return sum(max(max(s, r) for s, r in zip(sent, got, strict=True)) for sent, got in self.phases)
+
     def seconds(self, net: costmodel.Network, local: LocalCost) -> float:
-        """Each phase as long as its busiest rank's bytes (sent or received), the messages' latency, and the
-        slowest rank's local work."""
-        busy = sum(max(max(s, r) for s, r in zip(sent, got, strict=True)) for sent, got in self.phases)
-        return self.messages * net.alpha + busy / net.bandwidth + max(local.seconds(*w) for w in self.work)
+        """Each phase as long as its busiest rank's bytes, the messages' latency, and the slowest rank's local
+        work."""
+        return self.messages * net.alpha + self.busy_bytes() / net.bandwidth + self.local_seconds(local)
+
+    def local_seconds(self, local: LocalCost) -> float:
+        return max(local.seconds(*w) for w in self.work)
 
 
 def _bp_load(c: Counts, push: list[list[int]], owned: list[int], union: list[float], bp: BalancedParallelism,
@@ -172,6 +178,17 @@ def counts_of(sets: list[torch.Tensor], layout: WireLayout, seed: int, bp: Balan
                   [gaps.nbytes(s) for s in sets],
                   [torch.searchsorted(s.to(torch.int64), ranges).diff().tolist() for s in sets],
                   [offsets[j + 1] - offsets[j] for j in range(n)], torch.searchsorted(union, ranges).diff().tolist())
+
+
+def measured_link(c: Counts, bp_s: float, net: costmodel.Network, plans: Mapping[str, Any], local: LocalCost
+                  ) -> costmodel.Network:
+    """`net` with the link's rate as a BP call of `bp_s` seconds measured it: BP's busiest bytes over the part of
+    the call its local work and latency do not explain (at least a tenth of the call: the local cost is a model).
+    Where bytes are nearly free (ranks sharing cores on loopback) local work then decides, where the link is slow
+    bytes do."""
+    load = loads(c, plans)["bp"]
+    wire = max(bp_s - load.local_seconds(local) - load.messages * net.alpha, 0.1 * bp_s)
+    return costmodel.Network(net.alpha, load.busy_bytes() / wire) if load.busy_bytes() > 0 else net
 
 
 def families(times: dict[str, float], ids: str = "gaps") -> tuple[str, str]:
