@@ -119,6 +119,9 @@ def test_shard_groups_share_their_nodes_links() -> None:
     together = plans.predicted_times([a, b], net, schemes)
     assert plans.families(together)[0] == "bp-range"
     assert together["bp"] > max(plans.predicted_times(g, net, schemes)["bp"] for g in (a, b))
+    empty = plans.Counts(layout, [0] * 4, [[0] * 4] * 4, [0] * 4, [0] * 4, [[0] * 4] * 4, [1000] * 4, [0] * 4)
+    assert plans.predicted_times([a, empty], net, schemes) == plans.predicted_times(a, net, schemes)  # a shard of
+    # fewer rows than the node has ranks is empty on every node
 
 
 def test_local_cost_is_measured_stored_and_priced(tmp_path) -> None:

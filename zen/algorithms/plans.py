@@ -157,8 +157,8 @@ def predicted_times(c: Counts | list[Counts], net: costmodel.Network, plans: Map
     """Every plan's predicted seconds: its busiest rank's bytes over the link's rate, its messages' latency and its
     slowest rank's local work at `local`'s prices (none: bytes only). A list of `Counts`: groups side by side
     whose rank r share node r's link (two-level sync's shard groups): their bytes add up per node."""
-    groups = c if isinstance(c, list) else [c]
-    if groups[0].layout.world_size == 1 or not any(k for g in groups for k in g.nnz):
+    groups = [g for g in (c if isinstance(c, list) else [c]) if any(g.nnz)]  # a group without rows: headers only
+    if not groups or groups[0].layout.world_size == 1:
         return {name: 0.0 for name in ("bp", "bp-range", "hc", "hc-coo")}
     each = [loads(g, plans) for g in groups]
     total = {name: sum((e[name] for e in each[1:]), each[0][name]) for name in each[0]}
