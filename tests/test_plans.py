@@ -134,7 +134,7 @@ def test_local_cost_is_measured_stored_and_priced(tmp_path) -> None:
     assert measured.row_s > 0 and measured.step_s > 0 and measured.byte_s >= 0
     measured.save(tmp_path / "cost.json")
     assert LocalCost.load(tmp_path / "cost.json") == measured
-    assert make_scheme("zen").local == LocalCost.load() and LocalCost.load().row_s > 0
+    assert make_scheme("zen").local == LocalCost.default() and LocalCost.default().row_s > 0
     assert make_scheme("zen", local_cost=False).local == LocalCost()
     layout = WireLayout(4, 4000, 1, 4, 4)
     even = [[250] * 4 for _ in range(4)]

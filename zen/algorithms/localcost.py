@@ -11,13 +11,14 @@ numbers on every rank, so every rank makes the same choice.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from zen.types import Measured
 
 DEFAULT = Path(__file__).with_name("local_cost.json")
 ROWS = (1 << 14, 1 << 17)  # two merge sizes: the difference gives the cost per row
@@ -25,7 +26,7 @@ WIDE = 16  # a wider row at the small size: the cost per value byte
 
 
 @dataclass(frozen=True)
-class LocalCost:
+class LocalCost(Measured):
     """row_s: seconds per row walked; byte_s: per byte of the walked rows' values; step_s: per round, partition
     or message handled. The default (all zero) prices bytes only."""
 
@@ -38,13 +39,10 @@ class LocalCost:
         """The time of walking `rows` rows of `value_bytes` bytes in all, in `steps` steps."""
         return rows * self.row_s + value_bytes * self.byte_s + steps * self.step_s
 
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
-
     @classmethod
-    def load(cls, path: Path = DEFAULT) -> LocalCost:
-        """The constants kept at `path` (the package's own, measured where the library was calibrated)."""
-        return cls(**json.loads(path.read_text()))
+    def default(cls) -> LocalCost:
+        """The constants the package keeps (measured where the library was calibrated)."""
+        return cls.load(DEFAULT)
 
 
 def _merge_seconds(rows: int, width: int, repeats: int) -> float:

@@ -85,7 +85,7 @@ class ZenAuto:
         self.measure_iters = max(1, measure_iters)
         self.trial_iters = max(1, trial_iters)
         self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
-        self.local = LocalCost.load() if local_cost else LocalCost()
+        self.local = LocalCost.default() if local_cost else LocalCost()
         self.forced = choice
         self.select = select
         self.measured: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
