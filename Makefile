@@ -64,14 +64,21 @@ simulated: setup
 	$(PY) workflow/scripts/simulated.py --from results/aggregate --out results/simulated --command "make simulated" \
 		$(SIMULATED)
 
-# -rs: the reasons of skipped tests (SimGrid missing, no link emulation) in the summary
+# -rs: the reasons of skipped tests (SimGrid missing, no link emulation) in the summary. -n: pytest-xdist workers,
+# more than the cores: ranks mostly wait (timeouts, dead or frozen peers, sockets, start-up), so modules overlap their
+# waits; loadfile keeps a module (and its launch-once fixtures) on one worker. The kernels are built first: else the
+# first tests' ranks, started side by side, would all wait on that one build (a failed build: its tests say so).
+TEST_WORKERS ?= 3
+PYTEST_XDIST = -n $(TEST_WORKERS) --dist loadfile
 test: setup
-	$(PY) -m pytest -q -rs
+	-$(VENV)/bin/zen build
+	$(PY) -m pytest -q -rs $(PYTEST_XDIST)
 
 # The tests that start no other process (no ranks, torchrun, snakemake or Python subprocess; those carry the
 # `slow` marker): the short loop while changing a scheme, an encoding or a kernel.
 test-quick: setup
-	$(PY) -m pytest -q -m "not slow"
+	-$(VENV)/bin/zen build
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_XDIST)
 
 # The loopback benchmark table (4 gloo ranks, 2^24 floats at 1%) in under two minutes; time it on a quiet machine.
 bench-quick: setup

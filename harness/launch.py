@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TextIO
 
 from zen.comm.scheduling import calm_gloo
@@ -206,6 +207,15 @@ def rank_device(backend: str) -> Any:
     return device
 
 
+def _all_connected(dist: ModuleType) -> None:
+    """Wait (on the group's store, no collective) until every rank's group is made: a rank whose target returns at
+    once, or that leaves on purpose, must not close its connections while a peer is still connecting to it (gloo
+    then fails that peer in connectFullMesh with "Connection closed by peer", seen with tests run side by side)."""
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"zen-launch/connected/{dist.get_rank()}", "1")
+    store.wait([f"zen-launch/connected/{r}" for r in range(dist.get_world_size())])
+
+
 def worker_main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="one rank of harness.launch.spawn (internal)")
     parser.add_argument("--target", required=True)
@@ -225,6 +235,7 @@ def worker_main(argv: list[str] | None = None) -> None:
     fn = getattr(importlib.import_module(module), func)
     device = rank_device(args.backend)
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.pg_timeout), device_id=device)
+    _all_connected(dist)
     calm_gloo(args.backend)
     try:
         result = fn(**kwargs)

@@ -10,26 +10,13 @@ message and a byte cost the rank beyond its recorded local work. Medians over re
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Self
+from dataclasses import dataclass
+
+from zen.types import Measured
 
 SIZES = (8, 1 << 20, 8 << 20)
-
-
-class Measured:
-    """Constants measured once on a machine and kept as JSON beside the results, so every simulation reads the same
-    numbers (a frozen dataclass's fields, by name)."""
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
-
-    @classmethod
-    def load(cls, path: Path) -> Self:
-        return cls(**json.loads(path.read_text()))
 
 
 @dataclass(frozen=True)

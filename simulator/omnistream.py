@@ -23,8 +23,8 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 
-from simulator.calibrate import Measured
 from simulator.schedule import Comm, Item
+from zen.types import Measured
 
 BLOCK = 256  # elements a block (the paper's and OmniReduce's default)
 AGGREGATOR_THREADS = 8  # omnireduce.cfg num_threads

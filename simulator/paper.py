@@ -234,8 +234,9 @@ def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int,
              block_cost: BlockCost | None = None, notes: dict[str, dict[str, float]] | None = None,
              merge_cost: MergeCost | None = None) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
-    "none" computing only. Schedules are recorded once and replayed at every rate; zen is whichever of its
-    plans (`ZEN_PATHS`) gives the shorter step, as its trial picks. `jobs`: simulations run at once. `per`:
+    "none" computing only. Schedules are recorded once and replayed at every rate; zen is the plan its own
+    prediction picks at each rate (`zen_picks`), zen-bp and the like one plan each (`ZEN_PATHS`). `jobs`:
+    simulations run at once. `per`:
     "gpu", every GPU a rank with its own flows; "machine", every machine one endpoint (`machine_calls`: 1/gpus
     of the flows, so 1,024 GPUs fit SimGrid's sharing solver here; tests hold it against "gpu"). `block_cost`:
     OmniReduce's aggregator work per block, priced (`_sparse_calls`, which notes its size in `notes`); `merge_cost`:
@@ -258,8 +259,10 @@ def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int,
         dense = [[Comm("all_reduce", "dense", nbytes=dense_bytes)] for _ in range(world)]
     calls_of: dict[tuple, Calls | None] = {("none",): None}  # one recording and simulation per variant
     paths: dict[str, list[tuple]] = {"none": [("none",)]}
+    picks = zen_picks(shards, shard_sizes(rows, gpus), width, rates, latency_s) if "zen" in schemes else {}
     for name in schemes:
-        for scheme, options in variants(name):
+        chosen = [("zen", {"choice": c}) for c in dict.fromkeys(picks.values())] if name == "zen" else None
+        for scheme, options in chosen or variants(name):
             key = (scheme, *sorted(options.items()))
             paths.setdefault(name, []).append(key)
             if key in calls_of:  # zen's paths again for zen-bp or zen-hc
@@ -280,8 +283,30 @@ def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int,
             platform.gpu_cluster(nodes, gpus, rate, NVLINK_BPS, latency_s)
         results = dict(zip(calls_of, engine.run_steps([(plat, st) for st in streams], jobs), strict=True))
         best = {name: min((results[k] for k in keys), key=lambda r: r.step_s) for name, keys in paths.items()}
+        if picks:
+            best["zen"] = results[("zen", ("choice", picks[rate]))]
         out[rate] = best
     return out
+
+
+def zen_picks(shards: list[list[torch.Tensor]] | None, sizes: list[int], width: int, rates: list[float],
+              latency_s: float) -> dict[float, str]:
+    """The plan zen picks at each NIC rate by the library's own prediction (zen.algorithms.plans), from the counts
+    its ranks all-gather after BP, in every shard group. A machine's shard groups share its NIC, so they are
+    predicted together (their bytes add up per machine) and take one plan. Bytes and latency only: the simulated
+    step charges every plan the same local work (the GPU's pass over its shard). One machine: BP (nothing to pick)."""
+    if shards is None:
+        return {rate: "bp" for rate in rates}
+    from zen.algorithms import plans
+    from zen.costmodel import Network
+    from zen.types import WireLayout
+
+    zen = make_scheme("zen")
+    nodes = len(shards)
+    groups = [plans.counts_of([shards[m][j] for m in range(nodes)], WireLayout(nodes, size, width, 4, 4), 0, zen.bp)
+              for j, size in enumerate(sizes)]
+    runs = {name: zen.plan(name) for name in plans.PLANS}
+    return {rate: plans.best(plans.predicted_times(groups, Network(latency_s, rate / 8), runs)) for rate in rates}
 
 
 def _sparse_calls(scheme: str, options: dict[str, object], shards: list[list[torch.Tensor]] | None,

@@ -20,8 +20,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from simulator.calibrate import Measured
 from simulator.schedule import Comm, Compute, Item
+from zen.types import Measured
 
 INDEX_BYTES = 4  # SparCML's row ids on the wire (int32; baselines/sparcml.py)
 

@@ -1,11 +1,12 @@
 """Keep tool caches out of $HOME and make the repo importable by spawned ranks; hold every test that starts a
-process to the `slow` marker (`make test-quick` runs the others)."""
+process to the `slow` marker (`make test-quick` runs the others); start the modules that launch the most first."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,14 @@ def netem() -> None:
     why = netem_unavailable()
     if why:
         pytest.skip(f"no emulated cluster here (needs root or unprivileged user namespaces): {why}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with the most multi-process tests first, each kept whole: under `make test`'s workers
+    (pytest-xdist, `--dist loadfile`: a module and its launch-once fixtures on one worker) the longest modules start
+    at once and the in-process ones fill in behind them, instead of one long module starting last."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])  # stable: a module's own order stays
 
 
 # What makes a test slow: ranks and their launchers (Python processes, torchrun, snakemake) and emulated clusters

@@ -1,10 +1,13 @@
 """Leaf types shared by the communicator, the schemes and the harness: errors, traffic and stats records,
-wire sizes. Imports nothing of zen (and makes no distributed calls)."""
+wire sizes, measured constants. Imports nothing of zen (and makes no distributed calls)."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Self
 
 
 class ZenError(RuntimeError):
@@ -130,3 +133,15 @@ class WireLayout:
 
 
 PhaseBytes = dict[str, int]
+
+
+class Measured:
+    """Constants measured once on a machine and kept as JSON, so every rank and every simulation reads the same
+    numbers (a frozen dataclass's fields, by name)."""
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Self:
+        return cls(**json.loads(path.read_text()))

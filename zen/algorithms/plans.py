@@ -6,8 +6,11 @@ That gives BP's bytes exactly, per rank, sent and received (a server sends its p
 the busiest server decides, not the mean), the all-gather's exactly, and BP over ranges' push exactly; its pull
 comes from the result's non-zero rows in each range, which every rank counts on the same result.
 HC's bytes come from the cost model's closed form at the measured gamma, its gap codes scaled by what the ranks'
-own codes measured against random sets'. A plan's time is its busiest rank's
-bytes, sent or received (its messages' headers included), over the link's rate, plus its messages' latency.
+own codes measured against random sets'. A plan's time is its busiest rank's bytes, sent or received (its
+messages' headers included), over the link's rate, plus its messages' latency, plus its slowest rank's local work
+(rows walked by its merges, decodes and sums, their value bytes, its steps) at the prices measured on this machine
+(zen.algorithms.localcost). Two-level sync's shard groups share each node's link: predicted together, their bytes
+add up per node (`predicted_times` of a list of `Counts`).
 
 The plans (`PLANS`): "bp" (hash partitions), "bp-range" (equal ranges), "hc" / "hc-coo" (HC with gap-coded or
 plain ids), "ag" / "ag-coo" (HC without its merge: one all-gather).
@@ -22,9 +25,11 @@ from typing import Any
 import torch
 
 from zen import costmodel, gaps
-from zen.algorithms.bp import BalancedParallelism
+from zen.algorithms.bp import BITS_SERVERS, BalancedParallelism
+from zen.algorithms.localcost import LocalCost
 from zen.algorithms.partitions import even_bounds
 from zen.comm.base import count_meta, gather_v_meta, message_meta
+from zen.fold import Fold
 from zen.types import WireLayout
 
 PLANS = ("bp", "bp-range", "hc", "hc-coo", "ag", "ag-coo")
@@ -64,45 +69,100 @@ class Counts:
         return sum(self.served)
 
 
-def _bp_time(c: Counts, push: list[list[int]], owned: list[int], union: list[float], bp: BalancedParallelism,
-             net: costmodel.Network) -> float:
-    """Push then pull, each as long as its busiest rank's bytes (sent or received)."""
-    n, layout = c.layout.world_size, c.layout
-    push_busy = max(max(sum(push[r][j] for j in range(n) if j != r), sum(push[i][r] for i in range(n) if i != r))
-                    for r in range(n)) * layout.coo_row
-    payload = [bp.encoding.payload_bytes(owned[j], round(union[j]), layout) for j in range(n)]
-    pull_busy = max(max((n - 1) * p, sum(payload) - p) for p in payload)
-    meta = count_meta(n) + gather_v_meta(n)
-    return 2 * (n - 1) * net.alpha + (push_busy + pull_busy + meta) / net.bandwidth
+@dataclass(frozen=True)
+class Load:
+    """A plan's cost on each rank: per phase the bytes each rank sends and receives, the messages one after another
+    (each costs the link's latency), and each rank's local work (rows walked, their value bytes, steps)."""
+
+    phases: list[tuple[list[float], list[float]]]
+    messages: int
+    work: list[tuple[float, float, float]]
+
+    def __add__(self, other: Load) -> Load:
+        """Two groups side by side on the same nodes (rank r of each on node r): their bytes share the node's link,
+        their messages overlap, and each group's local work runs on its own rank."""
+        phases = [([a + b for a, b in zip(s1, s2, strict=True)], [a + b for a, b in zip(r1, r2, strict=True)])
+                  for (s1, r1), (s2, r2) in zip(self.phases, other.phases, strict=True)]
+        return Load(phases, max(self.messages, other.messages), self.work + other.work)
+
+    def busy_bytes(self) -> float:
+        """The bytes that set the pace: per phase its busiest rank's, sent or received."""
+        return sum(max(max(s, r) for s, r in zip(sent, got, strict=True)) for sent, got in self.phases)
+
+    def seconds(self, net: costmodel.Network, local: LocalCost) -> float:
+        """Each phase as long as its busiest rank's bytes, the messages' latency, and the slowest rank's local
+        work."""
+        return self.messages * net.alpha + self.busy_bytes() / net.bandwidth + self.local_seconds(local)
+
+    def local_seconds(self, local: LocalCost) -> float:
+        return max(local.seconds(*w) for w in self.work)
 
 
-def predicted_times(c: Counts, net: costmodel.Network, plans: Mapping[str, Any]) -> dict[str, float]:
-    """Every plan's predicted seconds (see the module's docstring); `plans`: the scheme running each plan."""
+def _bp_load(c: Counts, push: list[list[int]], owned: list[int], union: list[float], bp: BalancedParallelism,
+             hashed: bool) -> Load:
+    """Push then pull; each rank groups its rows (hashed: a pass over them), sums what it was pushed, encodes
+    what it serves and decodes every partition of the union (three steps, the kernels taking all partitions at once,
+    and a step per message),
+    reading every server's membership words where it keeps them (bp.BITS_SERVERS), else the pulled bitmaps."""
     n, layout = c.layout.world_size, c.layout
-    if n == 1 or not any(c.nnz):
-        return {name: 0.0 for name in ("bp", "bp-range", "hc", "hc-coo")}
-    times: dict[str, float] = {}
-    bp, ranged = plans["bp"], plans["bp-range"]
-    times["bp"] = _bp_time(c, c.hash_push, c.owned, [float(s) for s in c.served], bp, net)
+    sent = [sum(push[r][j] for j in range(n) if j != r) * layout.coo_row for r in range(n)]
+    got = [sum(push[i][r] for i in range(n) if i != r) * layout.coo_row for r in range(n)]
+    payload = [float(bp.encoding.payload_bytes(owned[j], round(union[j]), layout)) for j in range(n)]
+    meta = [float(count_meta(n) + gather_v_meta(n))] * n
+    pulls = ([(n - 1) * p for p in payload], [sum(payload) - p for p in payload])
+    rows = [(c.nnz[r] if hashed else 0) + sum(push[i][r] for i in range(n)) + union[r] + sum(union)
+            for r in range(n)]
+    words = n * layout.rows / 8 if n <= BITS_SERVERS else sum(payload) - sum(union) * layout.width * layout.value_bytes
+    return Load([(sent, got), pulls, (meta, meta)], 2 * (n - 1),
+                [(x, x * layout.width * layout.value_bytes + words, 3 + 2 * (n - 1)) for x in rows])
+
+
+def _work(rows: float, layout: WireLayout, steps: float) -> tuple[float, float, float]:
+    return rows, rows * layout.width * layout.value_bytes, steps
+
+
+def loads(c: Counts, plans: Mapping[str, Any]) -> dict[str, Load]:
+    """Every plan's `Load` (see the module's docstring); `plans`: the scheme running each plan."""
+    n, layout = c.layout.world_size, c.layout
+    out = {"bp": _bp_load(c, c.hash_push, c.owned, [float(s) for s in c.served], plans["bp"], True)}
     bounds = even_bounds(layout.rows, n)
-    times["bp-range"] = _bp_time(c, c.range_push, [bounds[j + 1] - bounds[j] for j in range(n)],
-                                 [float(u) for u in c.range_union], ranged, net)
+    out["bp-range"] = _bp_load(c, c.range_push, [bounds[j + 1] - bounds[j] for j in range(n)],
+                               [float(u) for u in c.range_union], plans["bp-range"], False)
     mean = sum(c.nnz) / n
     w = costmodel.Sparsity(n=n, rows=layout.rows, density=mean / layout.rows,
                            gamma=costmodel.gamma_from_union(n, c.union / mean), width=layout.width,
                            value_bytes=layout.value_bytes, index_bytes=layout.index_bytes)
     expected = sum(k * gaps.bytes_per_id(k / layout.rows) for k in c.nnz)
     scale = sum(c.coded) / expected if expected else 1.0  # clustered rows code shorter than random ones
+    fold = Fold(n)
+    walked = sum(4 * w.gamma(1 << i) * w.nnz for i in range(fold.levels))  # a round: code, decode, merge two sets
+    steps = 4 * (fold.levels + (2 if fold.extra else 0))  # a round's code, decode, merge and message
     for name in ("hc", "hc-coo"):
         form = plans[name].closed_form(w, scale)
-        times[name] = form.time(net) + form.messages * message_meta() / net.bandwidth
+        each = [form.bytes_received + form.messages * message_meta()] * n
+        out[name] = Load([(each, each)], form.messages, [_work(walked, layout, steps)] * n)
     for name in ("ag", "ag-coo") if n > 2 else ():  # HC of two ranks is one exchange and no merge already
         values = layout.width * layout.value_bytes
         sizes = [k * (values + layout.index_bytes) for k in c.nnz] if name == "ag-coo" else \
             [k * values + coded for k, coded in zip(c.nnz, c.coded, strict=True)]
-        busy = max(max((n - 1) * b, sum(sizes) - b) for b in sizes)
-        times[name] = (n - 1) * net.alpha + (busy + gather_v_meta(n)) / net.bandwidth
-    return times
+        meta = [float(gather_v_meta(n))] * n
+        rows = [2 * sum(c.nnz) - k for k in c.nnz]  # decode the others' sets, sum every set into the result
+        out[name] = Load([([(n - 1) * b for b in sizes], [sum(sizes) - b for b in sizes]), (meta, meta)], n - 1,
+                         [_work(x, layout, 2 * n) for x in rows])  # a message and its decode per rank, one sum
+    return out
+
+
+def predicted_times(c: Counts | list[Counts], net: costmodel.Network, plans: Mapping[str, Any],
+                    local: LocalCost | None = None) -> dict[str, float]:
+    """Every plan's predicted seconds: its busiest rank's bytes over the link's rate, its messages' latency and its
+    slowest rank's local work at `local`'s prices (none: bytes only). A list of `Counts`: groups side by side
+    whose rank r share node r's link (two-level sync's shard groups): their bytes add up per node."""
+    groups = [g for g in (c if isinstance(c, list) else [c]) if any(g.nnz)]  # a group without rows: headers only
+    if not groups or groups[0].layout.world_size == 1:
+        return {name: 0.0 for name in ("bp", "bp-range", "hc", "hc-coo")}
+    each = [loads(g, plans) for g in groups]
+    total = {name: sum((e[name] for e in each[1:]), each[0][name]) for name in each[0]}
+    return {name: load.seconds(net, local or LocalCost()) for name, load in total.items()}
 
 
 def counts_of(sets: list[torch.Tensor], layout: WireLayout, seed: int, bp: BalancedParallelism) -> Counts:
@@ -118,6 +178,17 @@ def counts_of(sets: list[torch.Tensor], layout: WireLayout, seed: int, bp: Balan
                   [gaps.nbytes(s) for s in sets],
                   [torch.searchsorted(s.to(torch.int64), ranges).diff().tolist() for s in sets],
                   [offsets[j + 1] - offsets[j] for j in range(n)], torch.searchsorted(union, ranges).diff().tolist())
+
+
+def measured_link(c: Counts, bp_s: float, net: costmodel.Network, plans: Mapping[str, Any], local: LocalCost
+                  ) -> costmodel.Network:
+    """`net` with the link's rate as a BP call of `bp_s` seconds measured it: BP's busiest bytes over the part of
+    the call its local work and latency do not explain (at least a tenth of the call: the local cost is a model).
+    Where bytes are nearly free (ranks sharing cores on loopback) local work then decides, where the link is slow
+    bytes do."""
+    load = loads(c, plans)["bp"]
+    wire = max(bp_s - load.local_seconds(local) - load.messages * net.alpha, 0.1 * bp_s)
+    return costmodel.Network(net.alpha, load.busy_bytes() / wire) if load.busy_bytes() > 0 else net
 
 
 def families(times: dict[str, float], ids: str = "gaps") -> tuple[str, str]:

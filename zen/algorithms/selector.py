@@ -5,7 +5,8 @@ The plans: BP over hash partitions or over equal ranges, HC with gap-coded or pl
 (one all-gather) with either. After the measuring BP calls every rank all-gathers what it knows (its rows, its
 push and serve counts, its ids' gap-coded size, its rows per range: zen.algorithms.plans.Counts), and every
 rank predicts each plan's time from those counts, the busiest rank's bytes over the link's rate plus its
-messages' latency. Which BP
+messages' latency plus its local work (zen.algorithms.localcost); on a real backend the link's rate is the one BP's
+measuring calls saw (`plans.measured_link`), so local work decides where bytes are nearly free. Which BP
 (hash or ranges) and which HC (HC, or its all-gather where overlap saves less than TIE) are settled by that
 prediction alone (`plans.families`); on a simulated group, whose clock means nothing, so is BP against HC.
 
@@ -33,6 +34,7 @@ from zen.algorithms import plans
 from zen.algorithms.bp import BalancedParallelism
 from zen.algorithms.gather import GatherRows
 from zen.algorithms.hc import HierarchicalCentralization
+from zen.algorithms.localcost import LocalCost
 from zen.algorithms.partitions import even_bounds
 from zen.comm.base import Communicator
 from zen.device import Clock
@@ -57,7 +59,8 @@ class ZenAuto:
     the training cells time steps 4-12, so the default stays at two. Every rank decides from the same all-gathered
     numbers. `hc_ids`: how HC's (and its all-gather's) messages carry their ids, "gaps" (zen.gaps: a compressed
     part's rows cost 5 bytes, not 8), "coo" (the paper's) or "auto" (both timed on a real backend; gaps where
-    nothing is timed, as in the simulated group). `choice` fixes a plan (plans.PLANS)."""
+    nothing is timed, as in the simulated group). `choice` fixes a plan (plans.PLANS). `local_cost`: the prediction
+    prices each plan's local work at the constants measured here (zen.algorithms.localcost), else bytes only."""
 
     sparse_input = True
     label = "Zen"
@@ -66,7 +69,7 @@ class ZenAuto:
 
     def __init__(self, measure_iters: int = 2, alpha: float = 0.0, bandwidth_gbps: float = 25.0,
                  choice: str | None = None, select: str = "time", hc_ids: str = "auto", trial_iters: int = 2,
-                 **bp_options: object):
+                 local_cost: bool = True, **bp_options: object):
         if choice is not None and choice not in plans.PLANS:
             raise ValueError(f"choice must be one of {plans.PLANS} or None (auto), got {choice!r}")
         if select not in SELECT:
@@ -82,6 +85,7 @@ class ZenAuto:
         self.measure_iters = max(1, measure_iters)
         self.trial_iters = max(1, trial_iters)
         self.net = costmodel.Network(alpha=alpha, bandwidth=bandwidth_gbps * 1e9 / 8)
+        self.local = LocalCost.default() if local_cost else LocalCost()
         self.forced = choice
         self.select = select
         self.measured: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
@@ -110,7 +114,7 @@ class ZenAuto:
             times = self.measured.setdefault(key, [])
             times.append(clock.stop().seconds())
             if len(times) >= self.measure_iters:
-                predicted = self._predict(grad, comm, out, stats)
+                predicted = self._predict(grad, comm, out, stats, min(times))
                 ids = "coo" if self.hc_ids == "coo" else "gaps"
                 bp_plan, hc_plan = plans.families(predicted, ids)
                 chosen = plans.best(predicted, ids)
@@ -155,9 +159,11 @@ class ZenAuto:
         else:
             self.choices[key] = hc_path if hc_best < bp_best else bp_plan
 
-    def _predict(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> dict[str, float]:
+    def _predict(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats, bp_s: float
+                 ) -> dict[str, float]:
         """Every plan's predicted time from the counts every rank all-gathers after a BP call, and the BP call's
-        result."""
+        result. On a clock that means something, the link's rate is the one BP's fastest call measured (at the rank
+        where it was fastest, as the trial reads its calls: `plans.measured_link`), else `bandwidth_gbps`."""
         n, M = comm.world_size, grad.num_rows
         layout = WireLayout(n, M, grad.row_width, grad.dtype.itemsize, grad.index_dtype().itemsize)
         ids = grad.rows()[0]
@@ -166,18 +172,23 @@ class ZenAuto:
         head = [stats.nnz, stats.server_count or 0, gaps.nbytes(ids)]
         mine = torch.cat([torch.tensor(head, device=ids.device),
                           torch.as_tensor(pushed, device=ids.device).to(torch.int64).view(-1),
-                          torch.searchsorted(ids, ranges).diff().to(torch.int64)])
+                          torch.searchsorted(ids, ranges).diff().to(torch.int64),
+                          torch.tensor([round(bp_s * 1e9)], device=ids.device)])  # BP's call, ns
         if n == 1:
             rows = [mine.tolist()]
         else:
-            gathered = comm.all_gather_v((mine,), phase="meta", bound=lambda j: [3 + 2 * n])
+            gathered = comm.all_gather_v((mine,), phase="meta", bound=lambda j: [4 + 2 * n])
             rows = [message[0].tolist() for message in gathered]
         _, offsets = self.bp.partitioner(comm.shared_seed).server_rows(M, n, grad.device)
         counts = plans.Counts.from_rows(layout, rows, [offsets[j + 1] - offsets[j] for j in range(n)],
                                         range_rows(out, ranges))
         union, mean = counts.union, sum(counts.nnz) / n
         stats.extra["gamma_n"] = union / mean if mean else 1.0
-        return plans.predicted_times(counts, self.net, self._plans())
+        net = self.net
+        if comm.clocked and n > 1 and union:
+            net = plans.measured_link(counts, min(r[3 + 2 * n] for r in rows) / 1e9, net, self._plans(), self.local)
+            stats.extra["link_gbps"] = 8 * net.bandwidth / 1e9
+        return plans.predicted_times(counts, net, self._plans(), self.local)
 
     def _plans(self) -> dict[str, Scheme]:
         return {name: self.plan(name) for name in plans.PLANS}
@@ -196,7 +207,7 @@ class ZenAuto:
         choice = self.forced
         if choice is None:
             counts = plans.counts_of(sets, layout, layout.seed, self.bp)
-            choice = plans.best(plans.predicted_times(counts, self.net, self._plans()),
+            choice = plans.best(plans.predicted_times(counts, self.net, self._plans(), self.local),
                                 "coo" if self.hc_ids == "coo" else "gaps")
         return self.plan(choice).predict(sets, layout)
 
