@@ -165,3 +165,11 @@ def test_link_rate_measured_from_bp_calls() -> None:
     assert slow.alpha == net.alpha and slow.bandwidth == pytest.approx(load.busy_bytes() / 2.0)
     fast = plans.measured_link(c, spent, net, schemes, local)  # local work explains the whole call
     assert fast.bandwidth == pytest.approx(load.busy_bytes() / (0.1 * spent))
+
+
+def test_hc_keeps_its_rounds_unless_the_all_gather_is_predicted_faster() -> None:
+    """The prediction prices HC's merges, so the all-gather gets no margin on top: HC 3% ahead stays HC (with a 5%
+    margin the all-gather had won on the emulated cluster, where HC's saved bytes made it 10-20% faster)."""
+    times = {"bp": 2.0, "bp-range": 2.0, "hc": 1.0, "ag": 1.03, "hc-coo": 1.1, "ag-coo": 1.2}
+    assert plans.families(times) == ("bp", "hc") and plans.best(times) == "hc"
+    assert plans.families({**times, "ag": 0.99})[1] == "ag" and plans.families(times, "coo")[1] == "hc-coo"

@@ -193,10 +193,12 @@ def measured_link(c: Counts, bp_s: float, net: costmodel.Network, plans: Mapping
 
 def families(times: dict[str, float], ids: str = "gaps") -> tuple[str, str]:
     """(BP's plan, HC's plan) to weigh against each other: BP over hash partitions, or over ranges where those
-    are predicted faster by RANGE_MARGIN; HC, or its all-gather where that is within TIE of it: HC's rounds save
-    bytes only where ranks share rows, and the all-gather skips its merges. `ids`: "gaps" or "coo"."""
+    are predicted faster by RANGE_MARGIN; HC, or its all-gather where that is predicted faster: HC's rounds save
+    bytes only where ranks share rows, and the all-gather skips its merges, which the prediction prices (no margin
+    on top: one made the all-gather win where HC's saved bytes were worth more than its merges). `ids`: "gaps" or
+    "coo"."""
     bp = "bp-range" if times["bp-range"] < (1 - RANGE_MARGIN) * times["bp"] else "bp"
-    hc = "ag" if "ag" in times and times["ag"] <= (1 + TIE) * times["hc"] else "hc"
+    hc = "ag" if "ag" in times and times["ag"] < times["hc"] else "hc"
     return bp, hc if ids == "gaps" else f"{hc}-coo"
 
 

@@ -7,7 +7,7 @@ push and serve counts, its ids' gap-coded size, its rows per range: zen.algorith
 rank predicts each plan's time from those counts, the busiest rank's bytes over the link's rate plus its
 messages' latency plus its local work (zen.algorithms.localcost); on a real backend the link's rate is the one BP's
 measuring calls saw (`plans.measured_link`), so local work decides where bytes are nearly free. Which BP
-(hash or ranges) and which HC (HC, or its all-gather where overlap saves less than TIE) are settled by that
+(hash or ranges) and which HC (HC, or its all-gather where predicted faster) are settled by that
 prediction alone (`plans.families`); on a simulated group, whose clock means nothing, so is BP against HC.
 
 Bytes are the verdict where the network is the bottleneck; where local work competes (ranks sharing cores, a slow
