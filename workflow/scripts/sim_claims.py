@@ -301,21 +301,29 @@ def message_cost_gap(p: pd.DataFrame | None, cost: pd.DataFrame | None) -> list[
     return lines
 
 
+def _priced(p: pd.DataFrame | None, scheme: str, column: str) -> list[tuple[pd.Series, float | None]]:
+    """`scheme`'s rows of the roofline-compute cells where the simulation priced `column`, by workload and NIC rate,
+    each with the paper's ratio of Zen over it at that rate (Fig 11 at 25 Gbps, Fig 12 at 100; None if it gives
+    none)."""
+    if p is None or p.empty or column not in p:
+        return []
+    top = paper_cells(p)
+    hit = top[(top["scheme"] == scheme) & top[column].notna()].sort_values(["workload", "bandwidth_gbps"])
+    return [(r, (PAPER_FIG11 if r["bandwidth_gbps"] == 25.0 else PAPER_FIG12).get(r["workload"], {}).get(scheme))
+            for _, r in hit.iterrows()]
+
+
 def block_cost_lines(p: pd.DataFrame | None) -> list[str]:
     """OmniReduce's streaming costs as `simulator paper --block-cost` priced them, per workload and NIC rate at
     the roofline's compute: the aggregator's measured work per block, the busiest aggregator's work in the step,
     its columns' round-trip floor, and its exposed communication with them priced."""
-    if p is None or p.empty or "aggregator_work_ms" not in p:
-        return []
-    top = paper_cells(p)
-    omni = top[(top["scheme"] == "omnireduce") & top["aggregator_work_ms"].notna()]
-    if omni.empty:
+    rows = _priced(p, "omnireduce", "aggregator_work_ms")
+    if not rows:
         return []
     lines = ["| workload | NIC | work per block | busiest aggregator's work | columns' round-trip floor | "
              "exposed communication | Zen over it (paper) | block messages a GPU | a message's cost that closes "
              "the gap |", "|---|---|---|---|---|---|---|---|---|"]
-    for _, r in omni.sort_values(["workload", "bandwidth_gbps"]).iterrows():
-        paper = (PAPER_FIG11 if r["bandwidth_gbps"] == 25.0 else PAPER_FIG12).get(r["workload"], {}).get("omnireduce")
+    for r, paper in rows:
         zen = r["step_ms"] / r["zen_speedup"]
         need = "-" if paper is None or paper <= r["zen_speedup"] else \
             f"{1e3 * (paper * zen - r['step_ms']) / r['block_messages']:.2f} us"
@@ -330,16 +338,12 @@ def merge_cost_lines(p: pd.DataFrame | None) -> list[str]:
     """SparCML's merges as `simulator paper --merge-cost` priced them (the paper's SSAR_Recursive_double), per
     workload and NIC rate at the roofline's compute: a merged row's measured cost at the row width, the busiest
     GPU's merges in the step, SparCML's step and Zen's ratio over it with them priced."""
-    if p is None or p.empty or "merge_work_ms" not in p:
-        return []
-    top = paper_cells(p)
-    merged = top[(top["scheme"] == "sparcml") & top["merge_work_ms"].notna()]
-    if merged.empty:
+    rows = _priced(p, "sparcml", "merge_work_ms")
+    if not rows:
         return []
     lines = ["| workload | NIC | a merged row | busiest GPU's merges | SparCML's step | Zen over it | paper |",
              "|---|---|---|---|---|---|---|"]
-    for _, r in merged.sort_values(["workload", "bandwidth_gbps"]).iterrows():
-        paper = (PAPER_FIG11 if r["bandwidth_gbps"] == 25.0 else PAPER_FIG12).get(r["workload"], {}).get("sparcml")
+    for r, paper in rows:
         lines.append(f"| {PAPER_NAME.get(r['workload'], r['workload'])} | {r['bandwidth_gbps']:g} Gbps | "
                      f"{r['merge_ns_per_row']:.0f} ns | {r['merge_work_ms']:.2f} ms | {r['step_ms']:.1f} ms | "
                      f"{r['zen_speedup']:.2f}x | {'-' if paper is None else f'{paper}x'} |")
@@ -412,6 +416,40 @@ def _counts(rows: list[dict], key: str) -> str:
             f"short, {counts['noisy']} noisy (the spread straddles the verdict), {counts['n/a']} not comparable")
 
 
+# The sections under the claims table: a title, what it shows, and its rows from the simulated frames (none: left out).
+SECTIONS: tuple[tuple[str, str, Callable[[pd.DataFrame | None, dict[str, pd.DataFrame]], list[str]]], ...] = (
+    ("### Compute at the paper's setting: how Fig 11 moves with it",
+     "The V100 compute per step is a roofline (6 x dense parameters x tokens FLOPs at 40% of the V100's 15.7 TFLOP/s "
+     "fp32 peak, simulator/paper.py); the paper's own LSTM numbers (6.77x communication, 3.1x throughput over "
+     "AllReduce) put AllReduce's communication at 3.9x the compute. Zen's simulated throughput over each baseline at "
+     "16 x 8 GPUs, 25 Gbps, with the compute at 0.5x, 1x and 2x the roofline's (its ms per step in brackets):",
+     lambda p, f: compute_sensitivity(p)),
+    ("### Per-message costs and SparCML's gap to the paper's ratios (OmniReduce's: the next section)",
+     "The simulator prices a message's latency (10 us) and its bytes, not the CPU each message costs its sender and "
+     "receiver. Priced at what a message costs here (`message_cost`: gloo on this machine's CPU, calibrated), each "
+     "rank's messages added to its step give (arithmetic on the simulated counts, assuming every message is on the "
+     "critical path):",
+     lambda p, f: message_cost_gap(p, f.get("message_cost"))),
+    ("### OmniReduce's per-block costs at the paper's setting",
+     "OmniReduce streams every 256-element block as its own message through columns: its aggregator adds each pushed "
+     "block and tracks the workers' next offsets (measured here, one thread, `python -m simulator blockcost`, spread "
+     "over OmniReduce's 8 threads), and a column advances one block per round trip with 64 blocks in flight per "
+     "aggregator (OmniReduce's omnireduce.cfg and params.hpp). The simulation prices the work on the push, alongside "
+     "its transfers; the round-trip floor is what the columns need at the simulated 10 us a message. What each block "
+     "message costs its sender's and receiver's CPU depends on OmniReduce's transport (RDMA or DPDK, not measurable "
+     "here): the last column is the cost per block message, every one on the critical path, that would bring the "
+     "ratio to the paper's:",
+     lambda p, f: block_cost_lines(p)),
+    ("### SparCML's merges at the paper's setting",
+     "SparCML's SSAR_Recursive_double merges its stream with its partner's every round before it can send the next "
+     "(a linear merge of two sorted lists, rows summed on shared ids). The simulation prices each merge after its "
+     "round on the GPU's processor at what such a merge costs here (zen.rows.merge_rows, native, one thread: `python "
+     "-m simulator mergecost`, per row and per value). A step grows by less than its busiest GPU's merges where they "
+     "overlap the other GPUs' transfers on the shared NIC; the ratios with the merges unpriced are in BENCHMARKS.md:",
+     lambda p, f: merge_cost_lines(p)),
+)
+
+
 def claims_section(frames: dict[str, pd.DataFrame], sim: Simulated) -> list[str]:
     """The claims table: the verdict measured here and the verdict at the paper's setting, side by side."""
     measured, at_paper = all_claims(frames), simulated_claims(sim.frames)
@@ -430,41 +468,9 @@ def claims_section(frames: dict[str, pd.DataFrame], sim: Simulated) -> list[str]
     lines += ["", f"Here: {_counts(measured, 'verdict')}. At the paper's setting (every simulated row): "
               f"{_counts(at_paper, 'verdict')}. Training ratios are medians with the range their step times' 25th-75th "
               "percentiles allow.", "", *claims_markdown(two_verdicts(measured, at_paper, stale)), ""]
-    sensitivity = compute_sensitivity(sim.frames.get("sim_paper"))
-    if sensitivity:
-        lines += ["### Compute at the paper's setting: how Fig 11 moves with it", "",
-                  "The V100 compute per step is a roofline (6 x dense parameters x tokens FLOPs at 40% of the "
-                  "V100's 15.7 TFLOP/s fp32 peak, simulator/paper.py); the paper's own LSTM numbers (6.77x "
-                  "communication, 3.1x throughput over AllReduce) put AllReduce's communication at 3.9x the compute. "
-                  "Zen's simulated throughput over each baseline at 16 x 8 GPUs, 25 Gbps, with the compute at 0.5x, "
-                  "1x and 2x the roofline's (its ms per step in brackets):", "", *sensitivity, ""]
-    gap = message_cost_gap(sim.frames.get("sim_paper"), sim.frames.get("message_cost"))
-    if gap:
-        lines += ["### Per-message costs and SparCML's gap to the paper's ratios (OmniReduce's: the next section)", "",
-                  "The simulator prices a message's latency (10 us) and its bytes, not the CPU each message costs "
-                  "its sender and receiver. Priced at what a message costs here (`message_cost`: gloo on this "
-                  "machine's CPU, calibrated), each rank's messages added to its step give (arithmetic on the "
-                  "simulated counts, assuming every message is on the critical path):", "", *gap, ""]
-    blocks = block_cost_lines(sim.frames.get("sim_paper"))
-    if blocks:
-        lines += ["### OmniReduce's per-block costs at the paper's setting", "",
-                  "OmniReduce streams every 256-element block as its own message through columns: its aggregator adds "
-                  "each pushed block and tracks the workers' next offsets (measured here, one thread, "
-                  "`python -m simulator blockcost`, spread over OmniReduce's 8 threads), and a column advances one "
-                  "block per round trip with 64 blocks in flight per aggregator (OmniReduce's omnireduce.cfg and "
-                  "params.hpp). The simulation prices the work on the push, alongside its transfers; the round-trip "
-                  "floor is what the columns need at the simulated 10 us a message. What each block message costs "
-                  "its sender's and receiver's CPU depends on OmniReduce's transport (RDMA or DPDK, not measurable "
-                  "here): the last column is the cost per block message, every one on the critical path, that would "
-                  "bring the ratio to the paper's:", "", *blocks, ""]
-    merges = merge_cost_lines(sim.frames.get("sim_paper"))
-    if merges:
-        lines += ["### SparCML's merges at the paper's setting", "",
-                  "SparCML's SSAR_Recursive_double merges its stream with its partner's every round before it can "
-                  "send the next (a linear merge of two sorted lists, rows summed on shared ids). The simulation "
-                  "prices each merge after its round on the GPU's processor at what such a merge costs here "
-                  "(zen.rows.merge_rows, native, one thread: `python -m simulator mergecost`, per row and per "
-                  "value). A step grows by less than its busiest GPU's merges where they overlap the other GPUs' "
-                  "transfers on the shared NIC; the ratios with the merges unpriced are in BENCHMARKS.md:", "",
-                  *merges, ""]
+    frames = sim.frames
+    for title, text, rows in SECTIONS:
+        found = rows(frames.get("sim_paper"), frames)
+        if found:
+            lines += [title, "", text, "", *found, ""]
     return lines
