@@ -53,9 +53,11 @@ class Counts:
     owned: list[int]
     range_union: list[int]
 
-    def row(self, rank: int) -> list[int]:
-        """Rank `rank`'s numbers as one flat row (what the selector all-gathers)."""
-        return [self.nnz[rank], self.served[rank], self.coded[rank], *self.hash_push[rank], *self.range_push[rank]]
+    @staticmethod
+    def row_length(n: int) -> int:
+        """Numbers a rank's flat row holds (what the selector all-gathers and `from_rows` reads): nnz, served,
+        coded, its n hash pushes and its n range pushes; anything after them is the caller's."""
+        return 3 + 2 * n
 
     @classmethod
     def from_rows(cls, layout: WireLayout, rows: list[list[int]], owned: list[int], range_union: list[int]

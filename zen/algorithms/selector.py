@@ -165,6 +165,7 @@ class ZenAuto:
         result. On a clock that means something, the link's rate is the one BP's fastest call measured (at the rank
         where it was fastest, as the trial reads its calls: `plans.measured_link`), else `bandwidth_gbps`."""
         n, M = comm.world_size, grad.num_rows
+        length = plans.Counts.row_length(n)  # then BP's call time, ns
         layout = WireLayout(n, M, grad.row_width, grad.dtype.itemsize, grad.index_dtype().itemsize)
         ids = grad.rows()[0]
         ranges = torch.tensor(even_bounds(M, n), dtype=ids.dtype, device=ids.device)
@@ -173,11 +174,11 @@ class ZenAuto:
         mine = torch.cat([torch.tensor(head, device=ids.device),
                           torch.as_tensor(pushed, device=ids.device).to(torch.int64).view(-1),
                           torch.searchsorted(ids, ranges).diff().to(torch.int64),
-                          torch.tensor([round(bp_s * 1e9)], device=ids.device)])  # BP's call, ns
+                          torch.tensor([round(bp_s * 1e9)], device=ids.device)])
         if n == 1:
             rows = [mine.tolist()]
         else:
-            gathered = comm.all_gather_v((mine,), phase="meta", bound=lambda j: [4 + 2 * n])
+            gathered = comm.all_gather_v((mine,), phase="meta", bound=lambda j: [length + 1])
             rows = [message[0].tolist() for message in gathered]
         _, offsets = self.bp.partitioner(comm.shared_seed).server_rows(M, n, grad.device)
         counts = plans.Counts.from_rows(layout, rows, [offsets[j + 1] - offsets[j] for j in range(n)],
@@ -186,7 +187,7 @@ class ZenAuto:
         stats.extra["gamma_n"] = union / mean if mean else 1.0
         net = self.net
         if comm.clocked and n > 1 and union:
-            net = plans.measured_link(counts, min(r[3 + 2 * n] for r in rows) / 1e9, net, self._plans(), self.local)
+            net = plans.measured_link(counts, min(r[length] for r in rows) / 1e9, net, self._plans(), self.local)
             stats.extra["link_gbps"] = 8 * net.bandwidth / 1e9
         return plans.predicted_times(counts, net, self._plans(), self.local)
 
