@@ -12,6 +12,7 @@ import torch
 
 BLOCK = 1 << 24  # elements of one block of the membership matrix (64 MiB in float32)
 
+
 def nonzero_rows(grad: torch.Tensor) -> torch.Tensor:
     """Ids of the rows of a (M, D) gradient with any non-zero element (int64, ascending)."""
     return grad.reshape(grad.shape[0], -1).ne(0).any(dim=1).nonzero().flatten()
