@@ -216,7 +216,8 @@ ZEN_PATHS = {"zen": ZEN_PLANS[:3], "zen-bp": ("bp",), "zen-hc": ("hc",), "zen-bp
 # space's row for SparCML); "sparcml-auto" is this library's own pick among SparCML's variants (choose_variant),
 # which at these densities takes the split variants the paper did not compare against
 BASELINE_PATHS: dict[str, tuple[str, dict[str, object]]] = {
-    "sparcml": ("sparcml", {"variant": "ssar_recursive_double"}), "sparcml-auto": ("sparcml", {})}
+    "sparcml": ("sparcml", {"variant": "ssar_recursive_double"}), "sparcml-auto": ("sparcml", {}),
+    "zen-bp-coo": ("zen", {"choice": "bp", "pull": "coo"})}  # Fig 17b's breakdown: BP pulling COO, not its bitmap
 
 
 def variants(name: str) -> list[tuple[str, dict[str, object]]]:

@@ -351,16 +351,17 @@ def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
 @needs_simgrid
 def test_paper_setting_records_each_zen_path_once_and_zen_takes_its_pick() -> None:
     """`simulator paper` on 2 machines x 2 GPUs: zen, zen-bp, zen-bp-range and zen-hc share their recordings (BP
-    over hashes or ranges, HC), zen's step is that of the plan the library's prediction picks (`zen_picks`), and
-    every scheme's step is at least the compute alone."""
+    over hashes or ranges, HC; BP with COO pulls is its own), zen's step is that of the plan the library's
+    prediction picks (`zen_picks`), and every scheme's step is at least the compute alone."""
     from simulator.paper import SETTINGS, node_shards, paper_width, scheme_steps, shard_sizes, zen_picks
 
     gen = torch.Generator().manual_seed(1)
     rows = 4000
     sets = [torch.randperm(rows, generator=gen)[:120].sort().values for _ in range(4)]
-    names = ["allreduce", "zen", "zen-bp", "zen-bp-range", "zen-hc"]
+    names = ["allreduce", "zen", "zen-bp", "zen-bp-range", "zen-hc", "zen-bp-coo"]
     got = scheme_steps("dlrm", sets, rows, 2, 2, [25e9], names)[25e9]
     assert set(got) == {"none", *names}
+    assert got["zen-bp-coo"].step_s != got["zen-bp"].step_s  # Fig 17b's COO pulls: recorded apart
     width = paper_width(SETTINGS["dlrm"], rows)
     pick = zen_picks(node_shards(sets, 2, 2, rows), shard_sizes(rows, 2), width, [25e9], 10e-6)[25e9]
     assert got["zen"].step_s == got[{"bp": "zen-bp", "bp-range": "zen-bp-range", "hc": "zen-hc"}[pick]].step_s

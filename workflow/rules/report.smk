@@ -77,6 +77,7 @@ rule write_report:
         wandb=RESULTS + "/wandb/bench_runs.json",
         simulated=COMMITTED_SIM_FILES,
         scripts=[SCRIPTS + "/report.py", SCRIPTS + "/claims.py", SCRIPTS + "/common.py", SCRIPTS + "/sim_claims.py",
+                 SCRIPTS + "/sim_sections.py", SCRIPTS + "/sim_counterparts.py",
                  SCRIPTS + "/simulated.py"],
     output:
         RESULTS + "/README.md",

@@ -52,8 +52,7 @@ def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     """At the most machines simulated, per NIC rate: Zen's throughput over each baseline by workload (bars at the
     roofline's compute, whiskers over the compute scales simulated) with the paper's Figs 11/12 values marked;
     and Zen's communication speedup over AllReduce at 25 Gbps beside the paper's Fig 15."""
-    from claims import PAPER_FIG11, PAPER_FIG15
-    from sim_claims import PAPER_FIG12
+    from claims import PAPER_FIG11, PAPER_FIG12, PAPER_FIG15
 
     df = frames[0]
     df = df.assign(compute_scale=df.get("compute_scale", 1.0))
@@ -64,7 +63,7 @@ def sim_paper(frames: list[pd.DataFrame]) -> tuple[plt.Figure, pd.DataFrame]:
     fig, axes = panels(len(rates) + 1, width=5.0)
     for ax, rate in zip(axes, rates, strict=False):
         paper = PAPER_FIG11 if rate == 25.0 else PAPER_FIG12 if rate == 100.0 else {}
-        cell = data[(data["bandwidth_gbps"] == rate) & (data["scheme"] != "zen")]
+        cell = data[(data["bandwidth_gbps"] == rate) & ~data["scheme"].str.startswith("zen")]  # zen's plans: Fig 17b
         workloads = sorted(cell["workload"].unique())
         bases = scheme_order(cell["scheme"].unique())
         width = 0.8 / max(len(bases), 1)
