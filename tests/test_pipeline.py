@@ -663,24 +663,34 @@ def test_simulated_llms_name_the_best_other_sparse_scheme_and_the_fastest():
     assert got["Fig 15: OPT-2.7B communication-time speedup of Zen over AllReduce"]["ours"] == "3.40x"
 
 
-def test_simulated_breakdown_headline_and_workloads_without_a_paper_number():
-    """Fig 17b from BP's two simulated pull encodings (throughput: the paper's 2.74x x 1.13 is its Fig 11 3.1x),
-    the headline from the largest simulated communication speedup, and Fig 15 for a workload the paper gives no
+def test_simulated_headline_and_workloads_without_a_paper_number():
+    """The headline from the largest simulated communication speedup, and Fig 15 for a workload the paper gives no
     number for (n/a, not blank); zen's single-plan variants never count as its rivals."""
     cell = _sim_paper_cell({})
     extra = [{**cell.iloc[0].to_dict(), "scheme": name, "step_ms": step, "exposed_comm_ms": step - 23.0,
               "zen_speedup": 170.0 / step, "zen_comm_speedup": comm, "samples_per_s": 17000.0 / step}
-             for name, step, comm in (("allreduce", 850.0, 6.9), ("zen-bp", 160.0, 1.0), ("zen-bp-coo", 200.0, 1.0))]
+             for name, step, comm in (("allreduce", 850.0, 6.9), ("zen-bp", 160.0, 1.0))]
     top = pd.concat([cell, pd.DataFrame(extra)], ignore_index=True)
     top = pd.concat([top, top.assign(workload="bert")], ignore_index=True)
     got = {r["claim"]: r for r in sim_claims.simulator_claims({"sim_paper": top})}
-    assert got["Fig 17b: hashing + COO speedup over AllReduce (LSTM)"]["ours"] == "4.25x"
-    assert got["Fig 17b: hash bitmap adds over COO (LSTM)"]["ours"] == "+25%"
     head = got["Headline: up to 5.09x communication speedup"]
     assert head["ours"] == "6.90x" and head["verdict"] == "beat"
     assert got["Zen has the highest throughput (bert)"]["ours"] == "best: zen"  # zen-bp is faster, but zen's own
     bert = got["Fig 15: BERT communication-time speedup of Zen over AllReduce"]
     assert bert["paper"] == "-" and bert["verdict"] == "n/a" and bert["ours"].startswith("6.90x")
+
+
+def test_simulated_fig17b_compares_bps_two_pull_encodings_on_the_lstm_trace():
+    """Fig 17b from `simulator fig8`'s LSTM cell at its most GPUs: BP pulling COO over AllReduce, and the hash
+    bitmap's gain over COO; nothing where the COO pull was not simulated."""
+    base = {"workload": "lstm", "density": 0.0115, "bandwidth_gbps": 25.0, "latency_us": 10.0, "unit": "element"}
+    rows = [{**base, "world_size": n, "scheme": s, "sync_ms": ms * (n / 128)}
+            for n in (64, 128) for s, ms in (("allreduce", 1000.0), ("zen-bp", 160.0), ("zen-bp-coo", 200.0))]
+    got = {r["claim"]: r for r in sim_claims.breakdown_claims({"sim_fig8": pd.DataFrame(rows)})}
+    assert got["Fig 17b: hashing + COO speedup over AllReduce (LSTM)"]["ours"] == "5.00x"
+    gain = got["Fig 17b: hash bitmap adds over COO (LSTM)"]
+    assert gain["ours"] == "+25%" and gain["verdict"] == "beat" and "128 GPUs" in gain["setting"]
+    assert sim_claims.breakdown_claims({"sim_fig8": pd.DataFrame(rows[:2])}) == []
 
 
 def test_committed_report_gives_every_claim_a_verdict_at_the_papers_setting():

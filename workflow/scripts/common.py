@@ -28,6 +28,7 @@ SERIES = {  # name: (colour, label, marker)
     "ddp": ("#7f7f7f", "DDP allreduce", "s"),
     "none": ("#bcbd22", "no comm", "o"),
     "sparcml-auto": ("#98df8a", "SparCML (its split variants)", "v"),  # simulator.paper.BASELINE_PATHS
+    "zen-bp-coo": ("#fdd0a2", "BP pulling COO", "o"),  # simulator.paper.BASELINE_PATHS: Fig 17b's breakdown
 }
 _FALLBACK = plt.get_cmap("tab20").colors
 
