@@ -1,8 +1,10 @@
 """Zen against the best other scheme, cell by cell, with the plan zen chose (issue 52's "best of all" grid).
 
-Each cell is one `zen bench` launch on real gloo ranks running every registered scheme but zen's single-plan
-variants (`zen-*`), so every ratio comes from one run. A cell passes where zen's median call (slowest rank) is at
-most 1.02x the best other scheme's, or where their 25th-75th percentile spreads overlap. Time it on a quiet machine.
+Each cell is two `zen bench` launches on real gloo ranks running every registered scheme but zen's single-plan
+variants (`zen-*`), the second in the reverse order, their calls pooled per scheme: within a launch a scheme's
+place moves its time (the last of ten schemes ran up to 1.2x slower than when it ran first, zen and AGsparse
+alike), and both orders cancel that. A cell passes where zen's median call (slowest rank) is at most 1.02x the
+best other scheme's, or where their 25th-75th percentile spreads overlap. Time it on a quiet machine.
 
     python scripts/best_of_all.py --ranks 4 --sizes 20,22,24 --densities 0.001,0.01,0.1 --patterns random,zipf
     python scripts/best_of_all.py --ranks 2,4,8 --bandwidths 1gbit,2.5gbit --sizes 22 --densities 0.01 --csv out.csv
@@ -11,6 +13,7 @@ most 1.02x the best other scheme's, or where their 25th-75th percentile spreads 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import statistics
 import sys
@@ -47,6 +50,28 @@ def judge(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "best_ms": best["time_ms_median"], "best_p25": b25, "best_p75": b75, "ratio": ratio,
             "zen_plan": zen["choice"], "passes": ratio <= MARGIN or overlap,
             "correct": all(r["correct"] for r in rows)}
+
+
+def pooled(launches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each scheme's calls over the launches as one row: its times together, their median, the plans zen kept,
+    and correct only where every launch was."""
+    out: dict[str, dict[str, Any]] = {}
+    for rows in launches:
+        for r in rows:
+            got = out.setdefault(r["scheme"], {"scheme": r["scheme"], "times_ms": [], "choices": [], "correct": True})
+            got["times_ms"] += r["times_ms"]
+            got["choices"].append(r["choice"])
+            got["correct"] = got["correct"] and r["correct"]
+    for got in out.values():
+        got["time_ms_median"] = statistics.median(got["times_ms"])
+        got["choice"] = "/".join(dict.fromkeys(str(c) for c in got.pop("choices")))
+    return list(out.values())
+
+
+def both_orders(cfg: BenchConfig) -> list[dict[str, Any]]:
+    """The cell launched with its schemes in order and in reverse, pooled."""
+    reverse = dataclasses.replace(cfg, schemes=cfg.schemes[::-1])
+    return pooled([bench_rows(c, run_dist(c)) for c in (cfg, reverse)])
 
 
 def cells(args: argparse.Namespace) -> list[BenchConfig]:
@@ -87,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
           "| zen's plan | verdict |\n|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for cfg in cells(args):
         row = {"ranks": cfg.world_size, "link": cfg.bandwidth or "loopback", "elements": cfg.numel,
-               "density": cfg.density, "pattern": cfg.pattern, **judge(bench_rows(cfg, run_dist(cfg)))}
+               "density": cfg.density, "pattern": cfg.pattern, **judge(both_orders(cfg))}
         out.append(row)
         verdict = ("best" if row["passes"] else "LOSES") + ("" if row["correct"] else ", WRONG")
         print(f"| {cfg.world_size} | {row['link']} | 2^{cfg.numel.bit_length() - 1} | {cfg.density:g} | {cfg.pattern} "
