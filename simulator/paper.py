@@ -233,15 +233,15 @@ def variants(name: str) -> list[tuple[str, dict[str, object]]]:
 def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
              schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu", compute_scale: float = 1.0,
              block_cost: BlockCost | None = None, notes: dict[str, dict[str, float]] | None = None,
-             merge_cost: MergeCost | None = None) -> dict[float, dict[str, StepResult]]:
+             merge_cost: MergeCost | None = None, picked: dict[float, str] | None = None
+             ) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
     "none" computing only. Schedules are recorded once and replayed at every rate; zen is the plan its own
-    prediction picks at each rate (`zen_picks`), zen-bp and the like one plan each (`ZEN_PATHS`). `jobs`:
-    simulations run at once. `per`:
-    "gpu", every GPU a rank with its own flows; "machine", every machine one endpoint (`machine_calls`: 1/gpus
-    of the flows, so 1,024 GPUs fit SimGrid's sharing solver here; tests hold it against "gpu"). `block_cost`:
-    OmniReduce's aggregator work per block, priced (`_sparse_calls`, which notes its size in `notes`); `merge_cost`:
-    SparCML's merge per round, likewise."""
+    prediction picks at each rate (`zen_picks`, written into `picked`), zen-bp and the like one plan each
+    (`ZEN_PATHS`). `jobs`: simulations run at once. `per`: "gpu", every GPU a rank with its own flows; "machine",
+    every machine one endpoint (`machine_calls`: 1/gpus of the flows, so 1,024 GPUs fit SimGrid's sharing solver
+    here; tests hold it against "gpu"). `block_cost`: OmniReduce's aggregator work per block, priced
+    (`_sparse_calls`, which notes its size in `notes`); `merge_cost`: SparCML's merge per round, likewise."""
     s = SETTINGS[workload]
     width = paper_width(s, rows)
     t = roofline(s, compute_scale)
@@ -261,6 +261,8 @@ def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int,
     calls_of: dict[tuple, Calls | None] = {("none",): None}  # one recording and simulation per variant
     paths: dict[str, list[tuple]] = {"none": [("none",)]}
     picks = zen_picks(shards, shard_sizes(rows, gpus), width, rates, latency_s) if "zen" in schemes else {}
+    if picked is not None:
+        picked.update(picks)
     for name in schemes:
         chosen = [("zen", {"choice": c}) for c in dict.fromkeys(picks.values())] if name == "zen" else None
         for scheme, options in chosen or variants(name):
@@ -393,7 +395,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     roofline's), with Zen's speedups over it (throughput, and exposed communication) and the analytical model's
     communication time beside (for the schemes it knows by name: not a baseline's paper variant, BASELINE_PATHS);
     OmniReduce's per-block costs priced with `block_cost`, and its columns' round-trip floor; SparCML's merges
-    with `merge_cost`."""
+    with `merge_cost`; zen's row names the plan its prediction picked."""
     from harness.bench.cluster import load_profile
 
     rows, sets = load_sets(profile / "traces.pt")
@@ -402,8 +404,10 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     out: list[dict[str, object]] = []
     for nodes, scale in [(n, c) for n in node_counts for c in compute_scales]:
         notes: dict[str, dict[str, float]] = {}
+        picked: dict[float, str] = {}
         results = scheme_steps(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per,
-                               compute_scale=scale, block_cost=block_cost, notes=notes, merge_cost=merge_cost)
+                               compute_scale=scale, block_cost=block_cost, notes=notes, merge_cost=merge_cost,
+                               picked=picked)
         models = {name: model_comm(workload, model, name, nodes, gpus, rates, rows) for name in schemes
                   if name not in BASELINE_PATHS}
         for rate, res in results.items():
@@ -415,6 +419,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
                             "samples_per_s": nodes * gpus * s.batch / r.step_s,
                             "model_comm_ms": 1e3 * models[name][rate] if name in models else float("nan"),
                             "timeline": roofline(s).source, "compute_scale": scale, "width": paper_width(s, rows),
-                            "rows": rows, "per": per, **_block_fields(notes.get(name), block_cost),
+                            "rows": rows, "per": per, "zen_plan": picked.get(rate) if name == "zen" else None,
+                            **_block_fields(notes.get(name), block_cost),
                             **_merge_fields(notes.get(name), merge_cost, paper_width(s, rows))})
     return out

@@ -699,3 +699,16 @@ def test_committed_report_gives_every_claim_a_verdict_at_the_papers_setting():
     text = (REPO / "results" / "README.md").read_text()
     blank = [line.split(" | ")[0] for line in text.splitlines() if "- (no simulation of this claim)" in line]
     assert not blank, blank
+
+
+def test_the_report_sets_zen_against_the_fastest_other_simulated_scheme():
+    """One row per workload and rate: zen's step with the plan it picked against the fastest other scheme, zen's
+    single-plan variants left out; nothing where the simulation did not record zen's plan."""
+    cell = _sim_paper_cell({})
+    extra = pd.DataFrame([{**cell.iloc[0].to_dict(), "scheme": "zen-bp", "step_ms": 100.0},
+                          {**cell.iloc[0].to_dict(), "scheme": "sparse_ps", "step_ms": 187.0}])
+    top = pd.concat([cell, extra], ignore_index=True).assign(zen_plan=lambda d: d["scheme"].map({"zen": "bp-range"}))
+    lines = sim_sections.best_of_all_lines(top)
+    assert lines[2:] == ["| LSTM | 25 Gbps | 170.0 (bp-range) | sparse_ps 187.0 | 0.909x |"]
+    assert sim_sections.best_of_all_lines(cell) == []
+

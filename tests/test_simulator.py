@@ -359,12 +359,14 @@ def test_paper_setting_records_each_zen_path_once_and_zen_takes_its_pick() -> No
     rows = 4000
     sets = [torch.randperm(rows, generator=gen)[:120].sort().values for _ in range(4)]
     names = ["allreduce", "zen", "zen-bp", "zen-bp-range", "zen-hc", "zen-bp-coo"]
-    got = scheme_steps("dlrm", sets, rows, 2, 2, [25e9], names)[25e9]
+    picked: dict[float, str] = {}
+    got = scheme_steps("dlrm", sets, rows, 2, 2, [25e9], names, picked=picked)[25e9]
     assert set(got) == {"none", *names}
     assert got["zen-bp-coo"].step_s != got["zen-bp"].step_s  # Fig 17b's COO pulls: recorded apart
     width = paper_width(SETTINGS["dlrm"], rows)
     pick = zen_picks(node_shards(sets, 2, 2, rows), shard_sizes(rows, 2), width, [25e9], 10e-6)[25e9]
     assert got["zen"].step_s == got[{"bp": "zen-bp", "bp-range": "zen-bp-range", "hc": "zen-hc"}[pick]].step_s
+    assert picked == {25e9: pick}  # what `simulator paper` writes in zen's row (zen_plan)
     assert all(r.step_s >= got["none"].step_s for r in got.values())
 
 
