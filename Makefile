@@ -53,7 +53,7 @@ sim-fidelity: setup
 		workflow/config/fidelity.yaml --cores $(CORES) --rerun-incomplete $(SNAKEFLAGS)
 
 # The paper's setting simulated (workflow/config/simulated.yaml: Table 1-density traces, Figs 11, 12 and 15 at 16 x 8
-# GPUs with the compute halved and doubled, Fig 8 at 2..128 GPUs, the LLMs of Figs 13/14; about 20 minutes on 2
+# GPUs with the compute halved and doubled, Fig 8 at 2..128 GPUs, the LLMs of Figs 13/14; about 12 minutes on 2
 # cores, too long for `make`), then committed under results/simulated/ with its commit, date and command: the report
 # reads it from there and says when the code it came from has changed since. Every step reruns (--forceall): the
 # shell rules do not see a change of the simulator's code, and the outputs are labelled with this commit.

@@ -376,7 +376,7 @@ def claims_section(frames: dict[str, pd.DataFrame], sim: Simulated) -> list[str]
     stale = {name for name, note in sim.notes.items() if "stale" in note}
     where = ("not run here: SimGrid's Python module is missing (`make setup` says how to get it); the committed "
              "outputs below are shown" if not sim.simgrid else
-             "SimGrid is installed: `make simulated` reruns them (about 20 minutes on 2 cores), `make` "
+             "SimGrid is installed: `make simulated` reruns them (about 12 minutes on 2 cores), `make` "
              "does not")
     lines = ["## The paper's claims next to ours", "",
              "Each claim has two verdicts: **here** (measured on this machine with the scaled presets) and **at the "
