@@ -94,14 +94,20 @@ class RecordingComm(SimComm):
 
 def record_once(fn: RankFn, world: int, call: str, seed: int = 0) -> tuple[list[list[Item]], list[object]]:
     """Run fn(comm, rank) on `world` virtual ranks, one at a time between primitives: each rank's items and
-    what fn returned on it."""
+    what fn returned on it. The communicator is set up first (its shared seed agreed, unrecorded), as a
+    training job's is once before its first step: replayed every step, that agreement would charge hash
+    partitions a round the steps never take."""
     group = SimGroup(world, seed=seed)
     baton = Baton(world, call)
 
     def body(rank: int) -> object:
+        comm = RecordingComm(group, rank, baton)
         baton.hold(rank)
         try:
-            return fn(RecordingComm(group, rank, baton), rank)
+            comm.shared_seed()  # a step runs on a communicator set up long before: its one agreement is not the step's
+            baton.items[rank].clear()
+            baton.resumed[rank] = time.thread_time()
+            return fn(comm, rank)
         finally:
             baton.release(rank)
 

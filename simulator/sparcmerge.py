@@ -6,17 +6,17 @@ streams; baselines/sparcml.py sums by a sort, whose time is not SparCML's). The 
 stream, so each merge lies on the critical path, where OmniReduce's aggregation runs alongside its transfers
 (simulator.omnistream).
 
-`measure` times that merge on this machine: zen.rows.merge_rows (a native linear merge of two ascending row sets,
-rows summed on shared ids) on one thread, at two row widths, which gives a cost per row (its id compared and
-copied) and per value (added or copied). `priced` adds, after each exchange of a rank's recorded call (its stream
-out to one partner, the partner's in), the merge of both as local work on the rank's processor. Dense streams
-are priced as rows of the same width (no ids: a few percent high at the paper's widths). The fold of a world
-that is not a power of two (a receive with nothing sent) is not priced: every machine count simulated here is one.
+`measure` times that merge on this machine as zen's own local cost is timed (zen.algorithms.localcost):
+zen.rows.merge_rows (a native linear merge of two ascending row sets, rows summed on shared ids) on one thread,
+at two row widths, which gives a cost per row (its id compared and copied) and per value (added or copied).
+`priced` adds, after each exchange of a rank's recorded call (its stream out to one partner, the partner's in),
+the merge of both as local work on the rank's processor. Dense streams are priced as rows of the same width (no
+ids: a few percent high at the paper's widths). The fold of a world that is not a power of two (a receive with
+nothing sent) is not priced: every machine count simulated here is one.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -37,38 +37,24 @@ class MergeCost(Measured):
 
 
 def measure(rows: int = 1 << 16, widths: tuple[int, int] = (8, 64), repeats: int = 9) -> MergeCost:
-    """The merge's cost on this machine, one thread: two ascending sets of `rows` rows each, half their ids
-    shared, merged by zen.rows.merge_rows; the median over repeats of the thread's CPU time per input row at two
-    widths, on the line row_s + width x value_s."""
+    """The merge's cost on this machine, one thread: `zen`'s own timing of zen.rows.merge_rows
+    (zen.algorithms.localcost.merge_seconds: two ascending sets of `rows` rows, about half their ids shared) in the
+    thread's CPU time per input row at two widths, on the line row_s + width x value_s."""
     import torch
 
-    from zen.rows import merge_rows
+    from zen.algorithms.localcost import merge_seconds
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        gen = torch.Generator().manual_seed(0)
-        ids = torch.randperm(3 * rows // 2, generator=gen)
-        a_ids, b_ids = ids[:rows].sort().values.int(), ids[rows // 2:].sort().values.int()
-        per_row = []
-        for width in widths:
-            a = (a_ids, torch.randn(rows, width, generator=gen))
-            b = (b_ids, torch.randn(len(b_ids), width, generator=gen))
-            room = (torch.empty(2 * rows, dtype=torch.int32), torch.empty(2 * rows, width))  # a reused buffer
-            times = []
-            for i in range(repeats + 2):
-                start = time.thread_time()
-                merge_rows(a, b, room)
-                if i >= 2:
-                    times.append(time.thread_time() - start)
-            per_row.append(statistics.median(times) / (rows + len(b_ids)))
+        per_row = [merge_seconds(rows, width, repeats, time.thread_time) / (2 * rows) for width in widths]
     finally:
         torch.set_num_threads(threads)
     value_s = max(0.0, (per_row[1] - per_row[0]) / (widths[1] - widths[0]))
     row_s = max(0.0, per_row[0] - widths[0] * value_s)
     return MergeCost(row_s, value_s, f"measured here: one thread, zen.rows.merge_rows of two ascending sets of "
-                                     f"{rows} rows (half shared) at widths {widths[0]} and {widths[1]}, median of "
-                                     f"{repeats}")
+                                     f"{rows} rows (about half shared) at widths {widths[0]} and {widths[1]}, "
+                                     f"median of {repeats}")
 
 
 def merged_rows(item: Comm, width: int) -> float:

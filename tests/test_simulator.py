@@ -111,6 +111,19 @@ def test_recorded_schedule_adds_up_to_the_counted_bytes(scheme: str | None) -> N
         assert all(isinstance(i, Compute | Comm) for i in items[r])
 
 
+@pytest.mark.parametrize("world", [1, 3, 4])
+def test_a_recorded_call_is_a_step_not_the_communicators_setup(world: int) -> None:
+    """A call is recorded on a communicator already set up, as a training step runs: hash partitions take the
+    same primitives as equal ranges (their shared seed agreed once, before the step, not in it)."""
+    tables = _tables(world)
+    kinds = {}
+    for scheme in ("zen-bp", "zen-bp-range"):
+        items, _ = record_once(part_call(scheme, tables, world, [make_scheme(scheme) for _ in range(world)])(),
+                               world, "c")
+        kinds[scheme] = [[i.kind for i in rank if isinstance(i, Comm)] for rank in items]
+    assert kinds["zen-bp"] == kinds["zen-bp-range"]
+
+
 def test_engine_expands_collectives_into_the_counted_bytes() -> None:
     """The ring all-reduce and the Bruck / ring all-gathers move, over all ranks, what the counts say."""
     from dataclasses import replace
@@ -374,10 +387,11 @@ def test_paper_setting_records_each_zen_path_once_and_zen_takes_its_pick() -> No
 @needs_simgrid
 def test_fig8_simulated_is_never_faster_than_its_bytes_and_scales_the_byte_model(tmp_path) -> None:
     """`simulator fig8` at 3 and 4 GPUs without latency: no scheme beats its busiest rank's bytes over the
-    link, AllReduce takes exactly the ring's closed form, and in element units BP's bytes are the byte model's
-    (zen.prediction, what `zen scale` draws) times the width that gives Table 1's size."""
+    link, AllReduce takes exactly the ring's closed form, and in element units BP's bytes are its byte model's
+    (its `predict`, what `zen scale` draws less the input check a recorded step skips) times the width that
+    gives Table 1's size."""
     from simulator.fig8 import table
-    from zen.prediction import predict, totals
+    from zen.prediction import totals
     from zen.types import WireLayout
 
     gen = torch.Generator().manual_seed(3)
@@ -393,7 +407,8 @@ def test_fig8_simulated_is_never_faster_than_its_bytes_and_scales_the_byte_model
         if r["scheme"] == "allreduce":
             assert r["sync_ms"] == pytest.approx(1e3 * 8 * 2 * (n - 1) / n * 4 * rows * width / rate, rel=1e-6)
         if r["scheme"] == "zen-bp":
-            model = max(totals(predict("zen-bp", sets[:n], WireLayout(world_size=n, rows=rows, seed=0))))
+            layout = WireLayout(world_size=n, rows=rows, seed=0)  # a step's own bytes: no input check recorded
+            model = max(totals(make_scheme("zen-bp").predict(sets[:n], layout)))
             assert r["bytes_received_max"] == width * model
 
 

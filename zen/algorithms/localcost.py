@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +46,10 @@ class LocalCost(Measured):
         return cls.load(DEFAULT)
 
 
-def _merge_seconds(rows: int, width: int, repeats: int) -> float:
-    """Median seconds of merging two random ascending sets of `rows` rows each out of 2 `rows` (about half shared)."""
+def merge_seconds(rows: int, width: int, repeats: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds of `zen.rows.merge_rows` on two random ascending sets of `rows` rows each out of 2 `rows`
+    (about half shared) into a reused buffer, after one merge untimed; `clock` reads the time (a thread's CPU
+    time where other processes must not stretch it)."""
     from zen.rows import merge_rows
 
     g = torch.Generator().manual_seed(rows + width)
@@ -55,9 +58,9 @@ def _merge_seconds(rows: int, width: int, repeats: int) -> float:
     room = torch.empty(2 * rows, dtype=torch.int32), torch.empty(2 * rows, width)
     times = []
     for _ in range(repeats + 1):
-        start = time.perf_counter()
+        start = clock()
         merge_rows(a, b, room)
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times[1:])
 
 
@@ -66,9 +69,9 @@ def measure(repeats: int = 21) -> LocalCost:
     ROWS[0] to ROWS[1] rows a set the cost of an input row (its union written too), and WIDE rows' extra time at
     ROWS[0] the cost of an input value byte."""
     small, big = ROWS
-    step = _merge_seconds(1, 1, repeats)
-    narrow, wide = _merge_seconds(small, 1, repeats), _merge_seconds(small, WIDE, repeats)
-    grown = _merge_seconds(big, 1, repeats)
+    step = merge_seconds(1, 1, repeats)
+    narrow, wide = merge_seconds(small, 1, repeats), merge_seconds(small, WIDE, repeats)
+    grown = merge_seconds(big, 1, repeats)
     row = max(0.0, (grown - narrow) / (2 * (big - small)))
     byte = max(0.0, (wide - narrow) / (2 * small * (WIDE - 1) * 4))
     return LocalCost(row, byte, step, f"merge_rows here ({torch.get_num_threads()} threads), median of {repeats}: "
