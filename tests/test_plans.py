@@ -173,3 +173,30 @@ def test_hc_keeps_its_rounds_unless_the_all_gather_is_predicted_faster() -> None
     times = {"bp": 2.0, "bp-range": 2.0, "hc": 1.0, "ag": 1.03, "hc-coo": 1.1, "ag-coo": 1.2}
     assert plans.families(times) == ("bp", "hc") and plans.best(times) == "hc"
     assert plans.families({**times, "ag": 0.99})[1] == "ag" and plans.families(times, "coo")[1] == "hc-coo"
+
+
+def test_the_trial_times_hc_and_its_all_gather_where_the_prediction_cannot_tell_them_apart() -> None:
+    """HC and its all-gather predicted within TIE: the trial times both plans in each id encoding, one call each, as
+    many calls as it times otherwise (what the trial costs does not grow); apart, HC's plan alone, two calls of each
+    encoding. The prediction leaves out a round's fixed cost, which decides there on a fast link."""
+    from zen.algorithms.selector import ZenAuto
+
+    close = {"bp": 2.0, "bp-range": 2.0, "hc": 1.0, "ag": 1.03, "hc-coo": 1.1, "ag-coo": 1.2}
+    apart = {**close, "ag": 1.2}
+    assert ZenAuto()._trial_plans(close, "hc") == (("hc", "hc-coo", "ag", "ag-coo"), 1)
+    assert ZenAuto()._trial_plans(apart, "hc") == (("hc", "hc-coo"), 2)
+    assert ZenAuto(hc_ids="gaps")._trial_plans(close, "hc") == (("hc", "ag"), 1)
+    assert ZenAuto(hc_ids="coo")._trial_plans(close, "hc-coo") == (("hc-coo", "ag-coo"), 1)
+    assert ZenAuto(trial_iters=1)._trial_plans(close, "hc") == (("hc", "hc-coo"), 1)  # no call to spare
+    assert ZenAuto(trial_iters=3)._trial_plans(close, "ag")[0] == ("ag", "ag-coo", "hc", "hc-coo")
+
+
+def test_the_trial_keeps_the_faster_hc_plan_and_plain_ids_only_where_clearly_faster() -> None:
+    """Per plan plain COO ids only where faster than gaps by more than TIE; of HC and its all-gather the faster,
+    the one the prediction put first on a tie."""
+    from zen.algorithms.selector import hc_verdict
+
+    assert hc_verdict({"hc": 1.0, "hc-coo": 0.97, "ag": 0.8, "ag-coo": 0.7}) == ("ag-coo", 0.7)
+    assert hc_verdict({"hc": 1.0, "hc-coo": 0.9, "ag": 0.97, "ag-coo": 1.0}) == ("hc-coo", 0.9)
+    assert hc_verdict({"ag": 1.0, "ag-coo": 0.97, "hc": 0.96, "hc-coo": 0.99}) == ("ag", 1.0)
+    assert hc_verdict({"hc": 1.0, "hc-coo": 0.5}) == ("hc-coo", 0.5)

@@ -204,6 +204,11 @@ def families(times: dict[str, float], ids: str = "gaps") -> tuple[str, str]:
     return bp, hc if ids == "gaps" else f"{hc}-coo"
 
 
+def close_families(times: dict[str, float]) -> bool:
+    """Whether HC and its all-gather are predicted within TIE of each other (gap-coded ids; none at 2 ranks)."""
+    return "ag" in times and abs(times["ag"] - times["hc"]) <= TIE * max(times["ag"], times["hc"])
+
+
 def best(times: dict[str, float], ids: str = "gaps") -> str:
     """The predicted choice: the faster of `families`' two (BP on a tie)."""
     bp, hc = families(times, ids)

@@ -8,21 +8,25 @@ rank predicts each plan's time from those counts, the busiest rank's bytes over 
 messages' latency plus its local work (zen.algorithms.localcost); on a real backend the link's rate is the one BP's
 measuring calls saw (`plans.measured_link`), so local work decides where bytes are nearly free. Which BP
 (hash or ranges) and which HC (HC, or its all-gather where predicted faster) are settled by that
-prediction alone (`plans.families`); on a simulated group, whose clock means nothing, so is BP against HC.
+prediction (`plans.families`), unless HC and its all-gather are predicted within TIE of each other: then the trial
+times both (below); on a simulated group, whose clock means nothing, the prediction alone decides, BP against HC
+too.
 
 Bytes are the verdict where the network is the bottleneck; where local work competes (ranks sharing cores, a slow
-decode of many partitions) they can mislead: BP can move fewer bytes than HC and still take longer, as its decode
-of P partitions competes with the other ranks for the cores. So by default (`select="time"`) on real backends the
-HC side is also timed: after the measuring BP calls, `trial_iters` calls of each of its id encodings run, each
-rank all-gathers the fastest of each, and the one slower at its fastest rank loses; within TIE the prediction
-decides. With `hc_ids="auto"` (the default) both encodings are timed and plain COO ids are kept only where faster
-by more than TIE, so where bytes are nearly free (ranks sharing cores on loopback) HC does not pay for a coding it
-does not need. The fastest of several, not one call each: a call that met a busy core (a DDP hook's call overlaps
-backward) would otherwise settle the choice for good. The fastest rank, not the slowest: a rank's time includes
-waiting for the others to arrive (in a DDP hook, how far apart the ranks' backward passes are), which no path
-changes; the rank that arrived last waited least, so its time is the path's own, which is what a step's end waits
-for after the last rank is ready. On a GPU the calls are timed with CUDA events on the lane's stream
-(zen.device.Clock), not the host's clock, which would see only the time to enqueue them.
+decode of many partitions) they can mislead: BP can move fewer bytes than HC and still take longer, as its decode of
+P partitions competes with the other ranks for the cores. So by default (`select="time"`) on real backends the HC
+side is also timed: after the measuring BP calls, `trial_iters` calls of each of its id encodings run (where HC and
+its all-gather are predicted close, both plans in each encoding, as many calls in all: the prediction leaves out a
+round's fixed cost, which decides between HC's log2(n) rounds and one all-gather on a fast link), each rank
+all-gathers the fastest of each, and the one slower at its fastest rank loses; within TIE the prediction decides.
+With `hc_ids="auto"` (the default) both encodings are timed and plain COO ids are kept only where faster by more
+than TIE, so where bytes are nearly free (ranks sharing cores on loopback) HC does not pay for a coding it does not
+need. The fastest of several calls where the budget allows, not one call each: a call that met a busy core (a DDP
+hook's call overlaps backward) would otherwise settle the choice for good. The fastest rank, not the slowest: a
+rank's time includes waiting for the others to arrive (in a DDP hook, how far apart the ranks' backward passes are),
+which no path changes; the rank that arrived last waited least, so its time is the path's own, which is what a
+step's end waits for after the last rank is ready. On a GPU the calls are timed with CUDA events on the lane's
+stream (zen.device.Clock), not the host's clock, which would see only the time to enqueue them.
 """
 
 from __future__ import annotations
@@ -89,8 +93,8 @@ class ZenAuto:
         self.forced = choice
         self.select = select
         self.measured: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
-        self.trials: dict[tuple, tuple[float, str, str, dict[str, list[float]]]] = {}  # key -> (BP's fastest,
-        # the predicted choice, BP's plan, each timed HC plan's call times so far)
+        self.trials: dict[tuple, tuple[float, str, str, dict[str, list[float]], int]] = {}  # key -> (BP's
+        # fastest, the predicted choice, BP's plan, each timed HC-side plan's call times so far, calls each)
         self.choices: dict[tuple, str] = {}  # key -> a plan of plans.PLANS
 
     def plan(self, name: str) -> Scheme:
@@ -119,8 +123,8 @@ class ZenAuto:
                 bp_plan, hc_plan = plans.families(predicted, ids)
                 chosen = plans.best(predicted, ids)
                 if self.select == "time" and comm.clocked and comm.world_size > 1:
-                    timed = (hc_plan, f"{hc_plan}-coo") if self.hc_ids == "auto" else (hc_plan,)
-                    self.trials[key] = (min(times), chosen, bp_plan, {v: [] for v in timed})
+                    timed, each = self._trial_plans(predicted, hc_plan)
+                    self.trials[key] = (min(times), chosen, bp_plan, {v: [] for v in timed}, each)
                 else:
                     self.choices[key] = chosen
 
@@ -130,29 +134,47 @@ class ZenAuto:
         if self.forced:
             return 0
         timed = self.select == "time" and comm.clocked and comm.world_size > 1
-        variants = (2 if self.hc_ids == "auto" else 1) if timed else 0
-        return self.measure_iters + variants * self.trial_iters
+        return self.measure_iters + (self._trial_budget() if timed else 0)
+
+    def _trial_budget(self) -> int:
+        """The trial's calls: `trial_iters` for each of HC's id encodings timed."""
+        return self.trial_iters * len(self._suffixes())
+
+    def _suffixes(self) -> tuple[str, ...]:
+        """The id encodings timed, as plan-name suffixes: gaps (none) and plain COO with `hc_ids="auto"`."""
+        return {"auto": ("", "-coo"), "gaps": ("",), "coo": ("-coo",)}[self.hc_ids]
+
+    def _trial_plans(self, predicted: dict[str, float], hc_plan: str) -> tuple[tuple[str, ...], int]:
+        """The HC-side plans the trial times, and the calls each: HC's plan (HC, or its all-gather, as predicted)
+        in each id encoding timed. Where HC and its all-gather are predicted within TIE of each other, both, in
+        as many calls in all (fewer each): the prediction prices bytes and local work but not a round's fixed
+        cost, which on a fast link or shared cores can decide between log2(n) merge rounds and one all-gather."""
+        base = hc_plan.removesuffix("-coo")
+        bases = [base]
+        if plans.close_families(predicted) and 2 * len(self._suffixes()) <= self._trial_budget():
+            bases.append("ag" if base == "hc" else "hc")
+        timed = tuple(b + suffix for b in bases for suffix in self._suffixes())
+        return timed, self._trial_budget() // len(timed)
 
     def _trial_hc(self, key: tuple, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
-        """One timed call of HC's plan (gap-coded ids first, then plain COO with `hc_ids="auto"`); after
-        `trial_iters` of each, the choice: per plan its fastest call at the rank where it is fastest (the one that
-        waited least for the others); COO over gaps only when faster by more than TIE; then BP's plan against
-        that HC plan (BP's measured calls standing for either partitioning), the prediction on a tie."""
-        bp_s, predicted, bp_plan, hc_times = self.trials[key]
-        variant = next(v for v, times in hc_times.items() if len(times) < self.trial_iters)
+        """One timed call of an HC-side plan (`_trial_plans`, in order); after each has had its calls, the choice:
+        per plan its fastest call at the rank where it is fastest (the one that waited least for the others);
+        per HC plan plain COO ids over gaps only when faster by more than TIE; HC against its all-gather where both
+        were timed, the faster (the prediction's on a tie); then BP's plan against that (BP's measured calls
+        standing for either partitioning), the prediction on a tie."""
+        bp_s, predicted, bp_plan, hc_times, each = self.trials[key]
+        variant = next(v for v, times in hc_times.items() if len(times) < each)
         clock = Clock(grad.device).start()
         self.plan(variant)(grad, comm, out, stats)
         stats.choice = variant
         hc_times[variant].append(clock.stop().seconds())
-        if any(len(times) < self.trial_iters for times in hc_times.values()):
+        if any(len(times) < each for times in hc_times.values()):
             return
         del self.trials[key]
         mine = [bp_s] + [min(times) for times in hc_times.values()]
         table = comm.all_gather_fixed(torch.tensor(mine, dtype=torch.float64), dtype=torch.float64)
-        bp_best, hc_best, *coo = (min(column) for column in zip(*table, strict=True))
-        hc_path = next(iter(hc_times))
-        if coo and coo[0] < (1 - TIE) * hc_best:
-            hc_path, hc_best = f"{hc_path}-coo", coo[0]
+        bp_best, *fastest = (min(column) for column in zip(*table, strict=True))
+        hc_path, hc_best = hc_verdict(dict(zip(hc_times, fastest, strict=True)))
         stats.extra.update(bp_trial_s=bp_best, hc_trial_s=hc_best)
         if abs(bp_best - hc_best) <= TIE * max(bp_best, hc_best):
             self.choices[key] = bp_plan if predicted.startswith("bp") else hc_path
@@ -211,6 +233,22 @@ class ZenAuto:
             choice = plans.best(plans.predicted_times(counts, self.net, self._plans(), self.local),
                                 "coo" if self.hc_ids == "coo" else "gaps")
         return self.plan(choice).predict(sets, layout)
+
+
+def hc_verdict(timed: dict[str, float]) -> tuple[str, float]:
+    """The HC-side plan kept from the trial's fastest times (plans in the order timed, the predicted one first):
+    per plan, plain COO ids only where faster than gaps by more than TIE; of two plans the faster, the first
+    on a tie."""
+    kept: dict[str, tuple[str, float]] = {}
+    for name, seconds in timed.items():
+        base = name.removesuffix("-coo")
+        if base not in kept or (name != base and seconds < (1 - TIE) * kept[base][1]):
+            kept[base] = (name, seconds)
+    first, *others = kept.values()
+    for other in others:
+        if other[1] < (1 - TIE) * first[1]:
+            first = other
+    return first
 
 
 def range_rows(out: Output, bounds: torch.Tensor) -> list[int]:
