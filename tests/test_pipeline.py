@@ -711,4 +711,8 @@ def test_the_report_sets_zen_against_the_fastest_other_simulated_scheme():
     lines = sim_sections.best_of_all_lines(top)
     assert lines[2:] == ["| LSTM | 25 Gbps | 170.0 (bp-range) | sparse_ps 187.0 | 0.909x |"]
     assert sim_sections.best_of_all_lines(cell) == []
+    beyond = pd.concat([top, top.assign(world_size=1024, step_ms=lambda d: d["step_ms"] * 2)], ignore_index=True)
+    assert sim_sections.beyond_lines(beyond)[2:] == [  # past the paper's scale: a row per GPU count too
+        "| LSTM | 128 | 25 Gbps | 170.0 (bp-range) | sparse_ps 187.0 | 0.909x |",
+        "| LSTM | 1,024 | 25 Gbps | 340.0 (bp-range) | sparse_ps 374.0 | 0.909x |"]
 

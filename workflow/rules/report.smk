@@ -34,7 +34,7 @@ if LLM_SIM.get("models"):
 # (workflow/scripts/simulated.py): drawn from there where this run does not simulate it itself.
 COMMITTED_SIM = RESULTS + "/simulated"
 COMMITTED_SIM_FILES = sorted(str(p) for p in Path(COMMITTED_SIM).glob("*") if p.suffix in (".csv", ".json"))
-for name in ("sim_fidelity", "sim_paper", "sim_fig8", "sim_llm"):
+for name in ("sim_fidelity", "sim_paper", "sim_beyond", "sim_fig8", "sim_llm"):
     if name not in FIGURE_INPUTS and Path(COMMITTED_SIM, f"{name}.csv").exists():
         FIGURE_INPUTS[name] = [f"{COMMITTED_SIM}/{name}.csv"]
 HAVE_SIMGRID = find_spec("simgrid") is not None  # SimGrid is optional: the report says "not run here" without it
