@@ -160,7 +160,7 @@ def test_link_rate_measured_from_bp_calls() -> None:
     local = LocalCost(row_s=1e-6, byte_s=0.0, step_s=1e-3)
     net = costmodel.Network(alpha=1e-4, bandwidth=1e9)
     load = plans.loads(c, schemes)["bp"]
-    spent = load.local_seconds(local) + load.messages * net.alpha
+    spent = load.local_seconds(local) + load.hops * net.alpha
     slow = plans.measured_link(c, spent + 2.0, net, schemes, local)
     assert slow.alpha == net.alpha and slow.bandwidth == pytest.approx(load.busy_bytes() / 2.0)
     fast = plans.measured_link(c, spent, net, schemes, local)  # local work explains the whole call

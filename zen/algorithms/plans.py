@@ -1,14 +1,15 @@
 """`zen`'s plans and their predicted times, from what every rank knows once BP has run (zen.algorithms.selector).
 
 After the measuring BP calls every rank has all-gathered, per rank: its non-zero rows, what it pushed to each hash
-server, how many non-zero rows it served, and how many of its rows fall in each of n equal ranges (`Counts`).
-That gives BP's bytes exactly, per rank, sent and received (a server sends its pull message to n - 1 ranks, so
-the busiest server decides, not the mean), the all-gather's exactly, and BP over ranges' push exactly; its pull
-comes from the result's non-zero rows in each range, which every rank counts on the same result.
-HC's bytes come from the cost model's closed form at the measured gamma, its gap codes scaled by what the ranks'
-own codes measured against random sets'. A plan's time is its busiest rank's bytes, sent or received (its
-messages' headers included), over the link's rate, plus its messages' latency, plus its slowest rank's local work
-(rows walked by its merges, decodes and sums, their value bytes, its steps) at the prices measured on this machine
+server, how many non-zero rows it served, and how many of its rows fall in each of n equal ranges (`Counts`). That
+gives BP's bytes exactly, per rank, sent and received (a server sends its pull message to n - 1 ranks, so the
+busiest server decides, not the mean), the all-gather's exactly, and BP over ranges' push exactly; its pull comes
+from the result's non-zero rows in each range, which every rank counts on the same result. HC's bytes come from the
+cost model's closed form at the measured gamma, its gap codes scaled by what the ranks' own codes measured against
+random sets'. A plan's time is its busiest rank's bytes, sent or received (its messages' headers included), over the
+link's rate, plus its hops' latency (the exchanges one after another: BP's all-to-alls reach every peer at once, a
+ring all-gather takes n - 1 steps, HC two hops a round), plus its slowest rank's local work (rows walked by its
+merges, decodes and sums, their value bytes, its steps) at the prices measured on this machine
 (zen.algorithms.localcost). Two-level sync's shard groups share each node's link: predicted together, their bytes
 add up per node (`predicted_times` of a list of `Counts`).
 
@@ -73,11 +74,12 @@ class Counts:
 
 @dataclass(frozen=True)
 class Load:
-    """A plan's cost on each rank: per phase the bytes each rank sends and receives, the messages one after another
-    (each costs the link's latency), and each rank's local work (rows walked, their value bytes, steps)."""
+    """A plan's cost on each rank: per phase the bytes each rank sends and receives, the hops one after another on
+    its path (each costs the link's latency: an exchange with many peers at once is one hop, a ring's n - 1 steps
+    are n - 1), and each rank's local work (rows walked, their value bytes, steps)."""
 
     phases: list[tuple[list[float], list[float]]]
-    messages: int
+    hops: int
     work: list[tuple[float, float, float]]
 
     def __add__(self, other: Load) -> Load:
@@ -85,16 +87,15 @@ class Load:
         their messages overlap, and each group's local work runs on its own rank."""
         phases = [([a + b for a, b in zip(s1, s2, strict=True)], [a + b for a, b in zip(r1, r2, strict=True)])
                   for (s1, r1), (s2, r2) in zip(self.phases, other.phases, strict=True)]
-        return Load(phases, max(self.messages, other.messages), self.work + other.work)
+        return Load(phases, max(self.hops, other.hops), self.work + other.work)
 
     def busy_bytes(self) -> float:
         """The bytes that set the pace: per phase its busiest rank's, sent or received."""
         return sum(max(max(s, r) for s, r in zip(sent, got, strict=True)) for sent, got in self.phases)
 
     def seconds(self, net: costmodel.Network, local: LocalCost) -> float:
-        """Each phase as long as its busiest rank's bytes, the messages' latency, and the slowest rank's local
-        work."""
-        return self.messages * net.alpha + self.busy_bytes() / net.bandwidth + self.local_seconds(local)
+        """Each phase as long as its busiest rank's bytes, the hops' latency, and the slowest rank's local work."""
+        return self.hops * net.alpha + self.busy_bytes() / net.bandwidth + self.local_seconds(local)
 
     def local_seconds(self, local: LocalCost) -> float:
         return max(local.seconds(*w) for w in self.work)
@@ -115,7 +116,8 @@ def _bp_load(c: Counts, push: list[list[int]], owned: list[int], union: list[flo
     rows = [(c.nnz[r] if hashed else 0) + sum(push[i][r] for i in range(n)) + union[r] + sum(union)
             for r in range(n)]
     words = n * layout.rows / 8 if n <= BITS_SERVERS else sum(payload) - sum(union) * layout.width * layout.value_bytes
-    return Load([(sent, got), pulls, (meta, meta)], 2 * (n - 1),
+    # hops: the counts' and the push's exchanges, the pull's sizes all-gathered (a ring: n - 1 steps), the pull
+    return Load([(sent, got), pulls, (meta, meta)], n + 2,
                 [(x, x * layout.width * layout.value_bytes + words, 3 + 2 * (n - 1)) for x in rows])
 
 
@@ -142,15 +144,17 @@ def loads(c: Counts, plans: Mapping[str, Any]) -> dict[str, Load]:
     for name in ("hc", "hc-coo"):
         form = plans[name].closed_form(w, scale)
         each = [form.bytes_received + form.messages * message_meta()] * n
-        out[name] = Load([(each, each)], form.messages, [_work(walked, layout, steps)] * n)
+        out[name] = Load([(each, each)], steps // 2, [_work(walked, layout, steps)] * n)  # hops: a round's counts,
+        # then its rows, the fold's in and out rounds included (the folded ranks wait for both)
     for name in ("ag", "ag-coo") if n > 2 else ():  # HC of two ranks is one exchange and no merge already
         values = layout.width * layout.value_bytes
         sizes = [k * (values + layout.index_bytes) for k in c.nnz] if name == "ag-coo" else \
             [k * values + coded for k, coded in zip(c.nnz, c.coded, strict=True)]
         meta = [float(gather_v_meta(n))] * n
         rows = [2 * sum(c.nnz) - k for k in c.nnz]  # decode the others' sets, sum every set into the result
-        out[name] = Load([([(n - 1) * b for b in sizes], [sum(sizes) - b for b in sizes]), (meta, meta)], n - 1,
-                         [_work(x, layout, 2 * n) for x in rows])  # a message and its decode per rank, one sum
+        out[name] = Load([([(n - 1) * b for b in sizes], [sum(sizes) - b for b in sizes]), (meta, meta)], n,
+                         [_work(x, layout, 2 * n) for x in rows])  # hops: the sizes' ring, the rows; a message
+        # and its decode per rank, one sum
     return out
 
 
@@ -189,7 +193,7 @@ def measured_link(c: Counts, bp_s: float, net: costmodel.Network, plans: Mapping
     Where bytes are nearly free (ranks sharing cores on loopback) local work then decides, where the link is slow
     bytes do."""
     load = loads(c, plans)["bp"]
-    wire = max(bp_s - load.local_seconds(local) - load.messages * net.alpha, 0.1 * bp_s)
+    wire = max(bp_s - load.local_seconds(local) - load.hops * net.alpha, 0.1 * bp_s)
     return costmodel.Network(net.alpha, load.busy_bytes() / wire) if load.busy_bytes() > 0 else net
 
 
