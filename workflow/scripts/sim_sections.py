@@ -166,8 +166,9 @@ def _against_fastest(cells: pd.DataFrame, keys: list[str]) -> list[str]:
         zen, other = by.loc["zen", "step_ms"], others.loc[best, "step_ms"]
         workload, *gpus, rate = key
         where = [f"{int(g):,}" for g in gpus] + [f"{rate:g} Gbps"]
+        slower = f" (slower by {100 * (zen / other - 1):.2f}%)" if zen > other else ""  # what 3 decimals round away
         lines.append(f"| {PAPER_NAME.get(workload, workload)} | {' | '.join(where)} | {zen:.1f} "
-                     f"({by.loc['zen', 'zen_plan']}) | {best} {other:.1f} | {zen / other:.3f}x |")
+                     f"({by.loc['zen', 'zen_plan']}) | {best} {other:.1f} | {zen / other:.3f}x{slower} |")
     return lines
 
 
