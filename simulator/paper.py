@@ -129,7 +129,8 @@ def _record_cross(scheme: str, shards: list[list[torch.Tensor]], sizes: list[int
         instances = [make_scheme(scheme, **options) for _ in range(nodes)]
 
         def fn(comm: object, rank: int, tensors: list[torch.Tensor] = tensors, instances: list = instances) -> None:
-            sync(instances[rank], tensors[rank], comm, validate=False, sparse_result=True)  # type: ignore[arg-type]
+            sync(instances[rank], tensors[rank], comm, validate=False, sparse_result=True,  # type: ignore[arg-type]
+                 sizes_agreed=True)  # a DDP step's: its buckets' sizes are agreed
 
         out.append(record_once(fn, nodes, f"x{j}", seed)[0])
     return out
@@ -207,7 +208,7 @@ def _global(item: Comm, j: int, gpus: int, nodes: int) -> Comm:
                 {m * gpus + j: b for m, b in item.recvs.items()}, item.nbytes, item.itemsize, group, item.cpu_s)
 
 
-ZEN_PLANS = ("bp", "bp-range", "hc", "ag")  # zen's plans, with the ids it takes where nothing is timed
+ZEN_PLANS = ("bp", "bp-range", "hc", "ag", "allreduce")  # zen's plans, with the ids it takes where nothing is timed
 # at the paper's scale the all-gather is left out: what a rank receives grows with the machines (AGsparse, its COO
 # twin, takes 2.6-12x zen's step at 128-1,024 GPUs), and recording it at 1,024 GPUs holds every machine's rows on
 # every rank

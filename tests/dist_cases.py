@@ -32,6 +32,30 @@ def lossless_all(schemes: list[str], cases: list[str], dtypes: list[str]) -> dic
     return report
 
 
+def dense_trial(rows: int) -> dict[str, Any]:
+    """`zen` on half-full ranks (tests/test_plans.py): each call's plan, whether every call was lossless, and the
+    trial's timings once it decided."""
+    from zen.comm.dist import DistComm
+    from zen.registry import make_scheme
+
+    rank, P = dist.get_rank(), dist.get_world_size()
+    tensors = []
+    for r in range(P):
+        g = torch.Generator().manual_seed(100 + r)
+        t = torch.randn(rows, generator=g)
+        t[torch.rand(rows, generator=g) < 0.5] = 0
+        tensors.append(t)
+    total, magnitude = reference_sum(tensors)
+    scheme, comm = make_scheme("zen"), DistComm()
+    choices, correct, extra = [], True, {}
+    for _ in range(8):
+        out, stats = zen.sync(scheme, tensors[rank], comm)
+        choices.append(stats.choice)
+        correct &= matches_reference(out, total, magnitude, P)
+        extra.update({k: v for k, v in stats.extra.items() if k.endswith("_trial_s")})
+    return {"choices": tuple(choices), "correct": bool(correct), "extra": extra}
+
+
 def bad_input(kind: str, scheme: str) -> str:
     """Returns the error message this rank got (every rank must get one, none may hang)."""
     rank = dist.get_rank()
@@ -169,6 +193,7 @@ def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, A
     from zen.core import Part, SyncConfig, Synchronizer, synchronizer
     from zen.core.build import build
     from zen.registry import make_scheme, scheme_config
+    from zen.twolevel import settling_calls
 
     comm = DistComm()
     rank, P = comm.rank, comm.world_size
@@ -176,13 +201,13 @@ def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, A
     for name in ("_all_to_all", "_all_gather", "_all_gather_bytes"):
         setattr(comm, name, _counted(getattr(comm, name), waits))
 
-    def call(syncer: Synchronizer, part: Part, limit: int) -> tuple[torch.Tensor, int]:
+    def call(syncer: Synchronizer, part: Part, limit: int) -> tuple[torch.Tensor, int, str | None]:
         synchronizer.ROW_BOUND_BYTES, kept, start = limit, synchronizer.ROW_BOUND_BYTES, waits[0]
         try:
-            (outcome,) = syncer.run([part]).outcomes
+            done = syncer.run([part])
         finally:
             synchronizer.ROW_BOUND_BYTES = kept
-        return outcome.result, waits[0] - start
+        return done.outcomes[0].result, waits[0] - start, done.stats(0).choice
 
     report: dict[str, Any] = {}
     for case in cases:
@@ -195,13 +220,14 @@ def agreed_sizes_bound_rows(schemes: list[str], cases: list[str]) -> dict[str, A
             checking = build(config, comm, instance=instance)
             unchecked = build(config.but(validate=False), comm, instance=instance)
             limit = synchronizer.ROW_BOUND_BYTES
-            for _ in range(3):  # the selector decides on its first calls
+            for _ in range(1 + settling_calls(instance, comm)):  # the selector decides on its first calls
                 checked = call(checking, part, limit)[0].clone()
-            bounded, one = call(unchecked, part, limit)
+            bounded, one, plan = call(unchecked, part, limit)
             bounded = bounded.clone()
-            headed, two = call(unchecked, part, 0)
+            headed, two, _ = call(unchecked, part, 0)
             ok = matches_reference(bounded, total, magnitude, P)
-            report[f"{scheme}/{case}"] = (ok, torch.equal(bounded, checked) and torch.equal(bounded, headed), one, two)
+            report[f"{scheme}/{case}"] = (ok, torch.equal(bounded, checked) and torch.equal(bounded, headed), one, two,
+                                          plan)
     return report
 
 

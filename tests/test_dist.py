@@ -83,15 +83,18 @@ def test_bounded_rounds_move_the_same_messages_in_one_round() -> None:
 @pytest.mark.parametrize("P", [3, 4])
 def test_agreed_sizes_take_one_round_without_the_check(P: int) -> None:
     """Between the hook's checks (sizes agreed, no counts announced) a row exchange is bounded by the tensor's rows:
-    one round on gloo instead of a header round first, and the same sums, bit for bit, on every rank."""
+    one round on gloo instead of a header round first, and the same sums, bit for bit, on every rank. Where zen's
+    plan is the dense all-reduce (every row full), there is no row exchange to bound: as many rounds either way."""
     schemes = ["zen-hc", "zen-bp", "zen", "agsparse"]
     cases = ["random", "empty_ranks", "full", "matrix"]
     reports = spawn("tests.dist_cases:agreed_sizes_bound_rows", P, {"schemes": schemes, "cases": cases},
                     timeout_s=300)
-    for key, (_, _, one, two) in reports[0].items():
+    for key, (_, _, one, two, plan) in reports[0].items():
         for r, report in enumerate(reports):
             assert report[key][:2] == (True, True), f"P={P} {key}: rank {r} {report[key]}"
-        assert one < two, f"P={P} {key}: {one} rounds bounded, {two} with headers"
+        rounds = f"P={P} {key}: {one} rounds bounded, {two} with headers"
+        assert one < two or (plan == "allreduce" and one == two), rounds
+        assert plan != "allreduce" or key == "zen/full", key
 
 
 def test_launch_calms_gloo_event_loop() -> None:

@@ -16,13 +16,14 @@ from zen.registry import make_scheme
 from zen.types import WireLayout
 
 
-def _dense_halves(P: int, rows: int = 8192) -> list[torch.Tensor]:
-    """Every rank half full at random: the union is near-dense, so no skew is left for hashing to balance."""
+def _dense_halves(P: int, rows: int = 8192, zero: float = 0.5, width: int = 1) -> list[torch.Tensor]:
+    """Every rank's rows full at random but for a `zero` fraction (half by default): the union is near-dense, so
+    no skew is left for hashing to balance."""
     out = []
     for r in range(P):
         g = torch.Generator().manual_seed(100 + r)
-        t = torch.randn(rows, generator=g)
-        t[torch.rand(rows, generator=g) < 0.5] = 0
+        t = torch.randn(rows, width, generator=g).squeeze(1)
+        t[torch.rand(rows, generator=g) < zero] = 0
         out.append(t)
     return out
 
@@ -39,11 +40,19 @@ def _run(tensors: list[torch.Tensor], seed: int = 9) -> zen.SimResult:
     return res
 
 
-@pytest.mark.parametrize("P", [4, 8])
+@pytest.mark.parametrize("P", [8, 16])
 def test_near_dense_union_takes_equal_ranges(P: int) -> None:
-    """Half-full ranks: the union is near-dense and the ranges' pull is even where the hash servers' S_j are
-    not; the selector takes BP over ranges."""
-    assert _run(_dense_halves(P)).stats[0].choice == "bp-range"
+    """Ranks a tenth (8) or a twentieth (16) full: the union is over half full and the ranges' pull is even where
+    the hash servers' S_j are not; each rank's rows are still sparse enough that the sparse plans beat the dense
+    all-reduce: the selector takes BP over ranges."""
+    assert _run(_dense_halves(P, 1 << 13, 1 - 0.8 / P, 16)).stats[0].choice == "bp-range"
+
+
+@pytest.mark.parametrize("P", [3, 4])
+def test_dense_ranks_take_the_dense_all_reduce(P: int) -> None:
+    """Half-full ranks: the union is 87-94% full, ids would cost bytes that the union does not save and every
+    sparse plan walks rows that a dense pass does not: the selector takes the dense all-reduce."""
+    assert _run(_dense_halves(P)).stats[0].choice == "allreduce"
 
 
 @pytest.mark.parametrize("P", [3, 4, 5])
@@ -200,3 +209,38 @@ def test_the_trial_keeps_the_faster_hc_plan_and_plain_ids_only_where_clearly_fas
     assert hc_verdict({"hc": 1.0, "hc-coo": 0.9, "ag": 0.97, "ag-coo": 1.0}) == ("hc-coo", 0.9)
     assert hc_verdict({"ag": 1.0, "ag-coo": 0.97, "hc": 0.96, "hc-coo": 0.99}) == ("ag", 1.0)
     assert hc_verdict({"hc": 1.0, "hc-coo": 0.5}) == ("hc-coo", 0.5)
+
+
+def test_the_trial_times_the_dense_all_reduce_where_it_is_predicted_fastest() -> None:
+    """The dense all-reduce predicted fastest by RANGE_MARGIN: the trial times it beside HC's plan, in no more
+    calls than the trial has without it; where it is not, it is not timed."""
+    from zen.algorithms.selector import ZenAuto
+
+    dense = {"bp": 2.0, "bp-range": 2.0, "hc": 1.0, "ag": 1.03, "hc-coo": 1.1, "ag-coo": 1.2, "allreduce": 0.5}
+    assert plans.dense_wins(dense) and plans.best(dense) == "allreduce"
+    assert not plans.dense_wins({**dense, "allreduce": 0.995}) and plans.best({**dense, "allreduce": 0.995}) == "hc"
+    assert ZenAuto()._trial_plans(dense, "hc", True) == (("hc", "hc-coo", "allreduce"), 1)  # 3 calls of 4
+    assert ZenAuto(hc_ids="gaps")._trial_plans(dense, "hc", True) == (("hc", "allreduce"), 1)
+    assert ZenAuto(trial_iters=1)._trial_plans(dense, "hc", True) == (("hc", "allreduce"), 1)
+    assert ZenAuto(trial_iters=1, hc_ids="gaps")._trial_plans(dense, "hc", True) == (("allreduce",), 1)
+    assert ZenAuto(trial_iters=4, hc_ids="gaps")._trial_plans(dense, "hc", True) == (("hc", "ag", "allreduce"), 1)
+    for z in (ZenAuto(), ZenAuto(trial_iters=1), ZenAuto(hc_ids="gaps", trial_iters=1), ZenAuto(trial_iters=3)):
+        timed, each = z._trial_plans(dense, "hc", True)
+        assert len(timed) * each <= z._trial_budget() and "allreduce" not in z._trial_plans(dense, "hc")[0]
+
+
+
+@pytest.mark.parametrize("P", [3, 4])
+def test_the_trial_keeps_the_dense_all_reduce_only_where_its_calls_were_not_slower(P: int) -> None:
+    """On gloo (a clock that means something), half-full ranks, the dense all-reduce predicted fastest: the trial
+    times it and keeps it unless the fastest sparse plan's calls beat it by more than TIE; every call lossless,
+    every rank the same plan."""
+    from harness.launch import spawn
+
+    reports = spawn("tests.dist_cases:dense_trial", P, {"rows": 1 << 15}, timeout_s=240)
+    assert all(r["correct"] for r in reports) and len({r["choices"] for r in reports}) == 1
+    choices, extra = reports[0]["choices"], reports[0]["extra"]
+    assert "allreduce" in choices[:-1], choices  # timed in the trial
+    sparse = min(extra["bp_trial_s"], extra.get("hc_trial_s", float("inf")))
+    dense = extra["dense_trial_s"]
+    assert (choices[-1] == "allreduce") == (dense <= sparse or abs(dense - sparse) <= plans.TIE * max(dense, sparse))

@@ -127,8 +127,9 @@ def test_a_recorded_call_is_a_step_not_the_communicators_setup(world: int) -> No
 @pytest.mark.parametrize("world", [3, 5, 8])
 def test_the_predictions_hops_are_the_recorded_schedules(world: int) -> None:
     """zen's prediction (zen.algorithms.plans) charges each plan the link's latency once per hop of its path: an
-    exchange with every peer at once is one hop, the fixed all-gather a ring's world - 1 (as the simulated machines
-    and gloo run it). The hops are those of the primitives each plan's real code records, at its busiest rank."""
+    exchange with every peer at once is one hop, the fixed all-gather a ring's world - 1 and the dense all-reduce a
+    ring's 2 (world - 1) (as the simulated machines and gloo run them). The hops are those of the primitives each
+    plan's real code records, at its busiest rank."""
     from simulator.paper import record_cross
     from zen.algorithms import plans
     from zen.types import WireLayout
@@ -139,11 +140,12 @@ def test_the_predictions_hops_are_the_recorded_schedules(world: int) -> None:
     zen = make_scheme("zen")
     counts = plans.counts_of(sets, WireLayout(world, rows, 4, 4, 4), 0, zen.bp)
     loads = plans.loads(counts, {name: zen.plan(name) for name in plans.PLANS})
-    for plan in ("bp", "bp-range", "hc", "ag"):
+    ring = {"all_gather": world - 1, "all_reduce": 2 * (world - 1)}
+    for plan in ("bp", "bp-range", "hc", "ag", "allreduce"):
         if plan not in loads:
             continue
         recorded = record_cross("zen", [[s] for s in sets], [rows], 4, choice=plan)[0]
-        hops = max(sum(world - 1 if i.kind == "all_gather" else 1 for i in items) for items in recorded)
+        hops = max(sum(ring.get(i.kind, 1) for i in items) for items in recorded)
         assert loads[plan].hops == hops, plan
 
 

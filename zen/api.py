@@ -25,7 +25,8 @@ _SYNCS: dict[tuple, Synchronizer] = {}
 
 def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Tensor | None = None,
          validate: bool = True, divisor: int = 1, *, rows: bool = False, sparse_result: bool = False,
-         nonfinite: str = "raise", nodes: NodeComms | None = None) -> tuple[torch.Tensor, SyncStats]:
+         nonfinite: str = "raise", nodes: NodeComms | None = None, sizes_agreed: bool = False
+         ) -> tuple[torch.Tensor, SyncStats]:
     """Run one scheme object on one rank; returns the sum (shaped like `tensor`) and the rank's stats.
 
     `out` may be `tensor` itself (in place, as DDP's buckets are): sparse schemes then skip zeroing a
@@ -38,9 +39,10 @@ def sync(scheme: Scheme, tensor: torch.Tensor, comm: Communicator, out: torch.Te
     Inf a ZenInputError there ("pass": summed like any value, as dense allreduce does). The call's header
     code covers the scheme, its options and these settings, so ranks that differ raise on every rank.
     `nodes` (this rank's sub-groups of `comm`'s ranks, zen.twolevel): two-level sync, the scheme across
-    nodes on shards of the node sums; the input check still runs over `comm`."""
+    nodes on shards of the node sums; the input check still runs over `comm`. `sizes_agreed`: every rank's tensor
+    is known to be alike without the check (a DDP bucket's), so a dense all-reduce sends no sizes first."""
     config = SyncConfig(scheme=scheme_config(scheme), validate=validate, nonfinite=nonfinite, rows=rows,
-                        sparse_result=sparse_result, divisor=divisor,
+                        sparse_result=sparse_result, divisor=divisor, sizes_agreed=sizes_agreed,
                         ranks_per_node=nodes.ranks_per_node if nodes else 1, intra=nodes.mode if nodes else "auto")
     return _one(build(config, comm, nodes, instance=scheme), tensor, out)
 

@@ -14,7 +14,8 @@ merges, decodes and sums, their value bytes, its steps) at the prices measured o
 add up per node (`predicted_times` of a list of `Counts`).
 
 The plans (`PLANS`): "bp" (hash partitions), "bp-range" (equal ranges), "hc" / "hc-coo" (HC with gap-coded or
-plain ids), "ag" / "ag-coo" (HC without its merge: one all-gather).
+plain ids), "ag" / "ag-coo" (HC without its merge: one all-gather), "allreduce" (the dense ring all-reduce: where
+every rank's rows are near-dense no sparse plan beats it, as ids cost bytes and the union saves none).
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from zen import costmodel, gaps
 from zen.algorithms.bp import BITS_SERVERS, BalancedParallelism
 from zen.algorithms.localcost import LocalCost
 from zen.algorithms.partitions import even_bounds
-from zen.comm.base import count_meta, gather_v_meta, message_meta
+from zen.comm.base import count_meta, gather_v_meta, message_meta, ring_chunk
 from zen.fold import Fold
 from zen.types import WireLayout
 
-PLANS = ("bp", "bp-range", "hc", "hc-coo", "ag", "ag-coo")
+PLANS = ("bp", "bp-range", "hc", "hc-coo", "ag", "ag-coo", "allreduce")
 TIE = 0.05  # predicted or timed differences within this fraction count as a tie
-RANGE_MARGIN = 0.01  # ranges replace hashes only when predicted this much faster (the hashes were measured)
+RANGE_MARGIN = 0.01  # ranges (or the dense all-reduce) replace the measured plans only when predicted this much faster
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,16 @@ def _work(rows: float, layout: WireLayout, steps: float) -> tuple[float, float, 
     return rows, rows * layout.width * layout.value_bytes, steps
 
 
+def _allreduce_load(layout: WireLayout) -> Load:
+    """The ring all-reduce's bytes (its reduce-scatter's and all-gather's chunks, zen.comm.base.ring_chunk) on
+    2 (n - 1) hops; local work by bytes alone (a dense pass has no row ids to walk): the buffer zeroed, the
+    reduce-scatter's chunks added and the all-gather's copied in, a step each."""
+    n, numel = layout.world_size, layout.rows * layout.width
+    each = [2.0 * (numel - ring_chunk(numel, n, r)) * layout.value_bytes for r in range(n)]
+    work = (0.0, float(numel * layout.value_bytes) + max(each), 2 * (n - 1))
+    return Load([(each, each)], 2 * (n - 1), [work] * n)
+
+
 def loads(c: Counts, plans: Mapping[str, Any]) -> dict[str, Load]:
     """Every plan's `Load` (see the module's docstring); `plans`: the scheme running each plan."""
     n, layout = c.layout.world_size, c.layout
@@ -155,6 +166,7 @@ def loads(c: Counts, plans: Mapping[str, Any]) -> dict[str, Load]:
         out[name] = Load([([(n - 1) * b for b in sizes], [sum(sizes) - b for b in sizes]), (meta, meta)], n,
                          [_work(x, layout, 2 * n) for x in rows])  # hops: the sizes' ring, the rows; a message
         # and its decode per rank, one sum
+    out["allreduce"] = _allreduce_load(layout)
     return out
 
 
@@ -165,7 +177,7 @@ def predicted_times(c: Counts | list[Counts], net: costmodel.Network, plans: Map
     whose rank r share node r's link (two-level sync's shard groups): their bytes add up per node."""
     groups = [g for g in (c if isinstance(c, list) else [c]) if any(g.nnz)]  # a group without rows: headers only
     if not groups or groups[0].layout.world_size == 1:
-        return {name: 0.0 for name in ("bp", "bp-range", "hc", "hc-coo")}
+        return {name: 0.0 for name in ("bp", "bp-range", "hc", "hc-coo", "allreduce")}
     each = [loads(g, plans) for g in groups]
     total = {name: sum((e[name] for e in each[1:]), each[0][name]) for name in each[0]}
     return {name: load.seconds(net, local or LocalCost()) for name, load in total.items()}
@@ -214,6 +226,17 @@ def close_families(times: dict[str, float]) -> bool:
 
 
 def best(times: dict[str, float], ids: str = "gaps") -> str:
-    """The predicted choice: the faster of `families`' two (BP on a tie)."""
+    """The predicted choice: the faster of `families`' two (BP on a tie), or the dense all-reduce where that is
+    predicted faster than both by RANGE_MARGIN."""
+    return "allreduce" if dense_wins(times, ids) else fastest_sparse(times, ids)
+
+
+def fastest_sparse(times: dict[str, float], ids: str = "gaps") -> str:
+    """The faster of `families`' two, BP on a tie."""
     bp, hc = families(times, ids)
     return hc if times[hc] < times[bp] else bp
+
+
+def dense_wins(times: dict[str, float], ids: str = "gaps") -> bool:
+    """Whether the dense all-reduce is predicted faster than the fastest sparse plan by RANGE_MARGIN."""
+    return "allreduce" in times and times["allreduce"] < (1 - RANGE_MARGIN) * times[fastest_sparse(times, ids)]

@@ -1,16 +1,18 @@
 """The `zen` scheme: run Balanced Parallelism while measuring, then pick one of zen's plans for each tensor size
 (paper section 5, Theorem 1, widened to the plans of zen.algorithms.plans).
 
-The plans: BP over hash partitions or over equal ranges, HC with gap-coded or plain ids, and HC without its merge
-(one all-gather) with either. After the measuring BP calls every rank all-gathers what it knows (its rows, its
-push and serve counts, its ids' gap-coded size, its rows per range: zen.algorithms.plans.Counts), and every
+The plans: BP over hash partitions or over equal ranges, HC with gap-coded or plain ids, HC without its merge
+(one all-gather) with either, and the dense all-reduce. After the measuring BP calls every rank all-gathers what
+it knows (its rows, its push and serve counts, its ids' gap-coded size, its rows per range:
+zen.algorithms.plans.Counts), and every
 rank predicts each plan's time from those counts, the busiest rank's bytes over the link's rate plus its
 messages' latency plus its local work (zen.algorithms.localcost); on a real backend the link's rate is the one BP's
 measuring calls saw (`plans.measured_link`), so local work decides where bytes are nearly free. Which BP
 (hash or ranges) and which HC (HC, or its all-gather where predicted faster) are settled by that
 prediction (`plans.families`), unless HC and its all-gather are predicted within TIE of each other: then the trial
 times both (below); on a simulated group, whose clock means nothing, the prediction alone decides, BP against HC
-too.
+too. The dense all-reduce is taken where predicted faster than the sparse plans (`plans.best`); on a real backend
+the trial times it first (its algorithm there is the backend's, not the ring the prediction prices).
 
 Bytes are the verdict where the network is the bottleneck; where local work competes (ranks sharing cores, a slow
 decode of many partitions) they can mislead: BP can move fewer bytes than HC and still take longer, as its decode of
@@ -35,6 +37,7 @@ import torch
 
 from zen import costmodel, gaps
 from zen.algorithms import plans
+from zen.algorithms.allreduce import DenseAllReduce
 from zen.algorithms.bp import BalancedParallelism
 from zen.algorithms.gather import GatherRows
 from zen.algorithms.hc import HierarchicalCentralization
@@ -51,7 +54,7 @@ from zen.types import PhaseBytes, SyncStats, WireLayout
 SELECT = ("time", "bytes")
 HC_IDS = ("auto", "gaps", "coo")
 TIE = plans.TIE
-Scheme = BalancedParallelism | HierarchicalCentralization | GatherRows
+Scheme = BalancedParallelism | HierarchicalCentralization | GatherRows | DenseAllReduce
 
 
 @register_scheme("zen")
@@ -85,6 +88,7 @@ class ZenAuto:
         fixed = "coo" if hc_ids == "coo" else "gaps"
         self.hc, self.ag = HierarchicalCentralization(ids=fixed), GatherRows(ids=fixed)
         self.hc_coo, self.ag_coo = HierarchicalCentralization(ids="coo"), GatherRows(ids="coo")
+        self.allreduce = DenseAllReduce()
         self.hc_ids = hc_ids
         self.measure_iters = max(1, measure_iters)
         self.trial_iters = max(1, trial_iters)
@@ -94,7 +98,7 @@ class ZenAuto:
         self.select = select
         self.measured: dict[tuple, list[float]] = {}  # key -> the measuring BP calls' times
         self.trials: dict[tuple, tuple[float, str, str, dict[str, list[float]], int]] = {}  # key -> (BP's
-        # fastest, the predicted choice, BP's plan, each timed HC-side plan's call times so far, calls each)
+        # fastest, the predicted sparse choice, BP's plan, each timed plan's call times so far, calls each)
         self.choices: dict[tuple, str] = {}  # key -> a plan of plans.PLANS
 
     def plan(self, name: str) -> Scheme:
@@ -105,7 +109,7 @@ class ZenAuto:
         key = (grad.num_rows, grad.row_width, grad.dtype)
         choice = self.forced or self.choices.get(key)
         if choice is None and key in self.trials:
-            self._trial_hc(key, grad, comm, out, stats)
+            self._trial(key, grad, comm, out, stats)
             return
         if choice is not None and choice != "bp":
             stats.choice = choice
@@ -121,12 +125,12 @@ class ZenAuto:
                 predicted = self._predict(grad, comm, out, stats, min(times))
                 ids = "coo" if self.hc_ids == "coo" else "gaps"
                 bp_plan, hc_plan = plans.families(predicted, ids)
-                chosen = plans.best(predicted, ids)
                 if self.select == "time" and comm.clocked and comm.world_size > 1:
-                    timed, each = self._trial_plans(predicted, hc_plan)
-                    self.trials[key] = (min(times), chosen, bp_plan, {v: [] for v in timed}, each)
+                    timed, each = self._trial_plans(predicted, hc_plan, plans.dense_wins(predicted, ids))
+                    self.trials[key] = (min(times), plans.fastest_sparse(predicted, ids), bp_plan,
+                                        {v: [] for v in timed}, each)
                 else:
-                    self.choices[key] = chosen
+                    self.choices[key] = plans.best(predicted, ids)
 
     def settling_calls(self, comm: Communicator) -> int:
         """Calls per tensor size spent choosing a plan on `comm` (the measuring BP calls, then each timed HC
@@ -144,24 +148,34 @@ class ZenAuto:
         """The id encodings timed, as plan-name suffixes: gaps (none) and plain COO with `hc_ids="auto"`."""
         return {"auto": ("", "-coo"), "gaps": ("",), "coo": ("-coo",)}[self.hc_ids]
 
-    def _trial_plans(self, predicted: dict[str, float], hc_plan: str) -> tuple[tuple[str, ...], int]:
-        """The HC-side plans the trial times, and the calls each: HC's plan (HC, or its all-gather, as predicted)
-        in each id encoding timed. Where HC and its all-gather are predicted within TIE of each other, both, in
-        as many calls in all (fewer each): the prediction prices bytes and local work but not a round's fixed
-        cost, which on a fast link or shared cores can decide between log2(n) merge rounds and one all-gather."""
+    def _trial_plans(self, predicted: dict[str, float], hc_plan: str, dense: bool = False
+                     ) -> tuple[tuple[str, ...], int]:
+        """The plans the trial times besides BP, and the calls each: HC's plan (HC, or its all-gather, as
+        predicted) in each id encoding timed. Where HC and its all-gather are predicted within TIE of each other,
+        both, in as many calls in all (fewer each): the prediction prices bytes and local work but not a round's
+        fixed cost, which on a fast link or shared cores can decide between log2(n) merge rounds and one
+        all-gather. Where the dense all-reduce is predicted fastest (`dense`), it is timed too, in as many calls
+        in all: beside those where a call is to spare, else beside HC's plan as predicted alone (with a budget of one
+        call, against BP alone); the backends' all-reduce algorithms are not the ring the prediction prices."""
+        budget = self._trial_budget()
         base = hc_plan.removesuffix("-coo")
         bases = [base]
-        if plans.close_families(predicted) and 2 * len(self._suffixes()) <= self._trial_budget():
+        if plans.close_families(predicted) and 2 * len(self._suffixes()) <= budget - dense:
             bases.append("ag" if base == "hc" else "hc")
         timed = tuple(b + suffix for b in bases for suffix in self._suffixes())
-        return timed, self._trial_budget() // len(timed)
+        if dense and len(timed) < budget:
+            timed = (*timed, "allreduce")
+        elif dense:
+            timed = (hc_plan, "allreduce") if budget >= 2 else ("allreduce",)
+        return timed, budget // len(timed)
 
-    def _trial_hc(self, key: tuple, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
-        """One timed call of an HC-side plan (`_trial_plans`, in order); after each has had its calls, the choice:
+    def _trial(self, key: tuple, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats) -> None:
+        """One timed call of a plan of `_trial_plans` (in order); after each has had its calls, the choice:
         per plan its fastest call at the rank where it is fastest (the one that waited least for the others);
         per HC plan plain COO ids over gaps only when faster by more than TIE; HC against its all-gather where both
         were timed, the faster (the prediction's on a tie); then BP's plan against that (BP's measured calls
-        standing for either partitioning), the prediction on a tie."""
+        standing for either partitioning), the prediction on a tie; then, where timed, the dense all-reduce
+        against the winner, the all-reduce (predicted fastest) on a tie."""
         bp_s, predicted, bp_plan, hc_times, each = self.trials[key]
         variant = next(v for v, times in hc_times.items() if len(times) < each)
         clock = Clock(grad.device).start()
@@ -174,12 +188,18 @@ class ZenAuto:
         mine = [bp_s] + [min(times) for times in hc_times.values()]
         table = comm.all_gather_fixed(torch.tensor(mine, dtype=torch.float64), dtype=torch.float64)
         bp_best, *fastest = (min(column) for column in zip(*table, strict=True))
-        hc_path, hc_best = hc_verdict(dict(zip(hc_times, fastest, strict=True)))
-        stats.extra.update(bp_trial_s=bp_best, hc_trial_s=hc_best)
-        if abs(bp_best - hc_best) <= TIE * max(bp_best, hc_best):
-            self.choices[key] = bp_plan if predicted.startswith("bp") else hc_path
-        else:
-            self.choices[key] = hc_path if hc_best < bp_best else bp_plan
+        timed = dict(zip(hc_times, fastest, strict=True))
+        dense_s = timed.pop("allreduce", None)
+        stats.extra["bp_trial_s"] = bp_best
+        choice = (bp_plan, bp_best)
+        if timed:
+            hc = hc_verdict(timed)
+            stats.extra["hc_trial_s"] = hc[1]
+            choice = _faster(choice, hc, first=predicted.startswith("bp"))
+        if dense_s is not None:  # timed only where predicted fastest
+            stats.extra["dense_trial_s"] = dense_s
+            choice = _faster(("allreduce", dense_s), choice, first=True)
+        self.choices[key] = choice[0]
 
     def _predict(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats, bp_s: float
                  ) -> dict[str, float]:
@@ -233,6 +253,14 @@ class ZenAuto:
             choice = plans.best(plans.predicted_times(counts, self.net, self._plans(), self.local),
                                 "coo" if self.hc_ids == "coo" else "gaps")
         return self.plan(choice).predict(sets, layout)
+
+
+def _faster(a: tuple[str, float], b: tuple[str, float], first: bool) -> tuple[str, float]:
+    """Of two timed (plan, seconds) the faster; within TIE of each other, `a` if `first` (the prediction's), else
+    `b`."""
+    if abs(a[1] - b[1]) <= TIE * max(a[1], b[1]):
+        return a if first else b
+    return a if a[1] < b[1] else b
 
 
 def hc_verdict(timed: dict[str, float]) -> tuple[str, float]:
