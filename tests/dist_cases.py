@@ -32,19 +32,14 @@ def lossless_all(schemes: list[str], cases: list[str], dtypes: list[str]) -> dic
     return report
 
 
-def dense_trial(rows: int, zero: float) -> dict[str, Any]:
-    """`zen` on ranks whose rows are all full but for a `zero` fraction (tests/test_plans.py): each call's plan,
-    whether every call was lossless, and the trial's timings once it decided."""
+def dense_trial() -> dict[str, Any]:
+    """`zen` on every row full (tests/test_plans.py): each call's plan, whether every call was lossless, and the
+    trial's timings once it decided."""
     from zen.comm.dist import DistComm
     from zen.registry import make_scheme
 
     rank, P = dist.get_rank(), dist.get_world_size()
-    tensors = []
-    for r in range(P):
-        g = torch.Generator().manual_seed(100 + r)
-        t = torch.randn(rows, generator=g)
-        t[torch.rand(rows, generator=g) < zero] = 0
-        tensors.append(t)
+    tensors = [CASES["full"](r, P, torch.float32) for r in range(P)]
     total, magnitude = reference_sum(tensors)
     scheme, comm = make_scheme("zen"), DistComm()
     choices, correct, extra = [], True, {}

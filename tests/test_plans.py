@@ -239,7 +239,7 @@ def test_the_trial_keeps_the_dense_all_reduce_only_where_its_calls_were_not_slow
     machine's slow calls make bytes decide.)"""
     from harness.launch import spawn
 
-    reports = spawn("tests.dist_cases:dense_trial", P, {"rows": 1 << 15, "zero": 0.0}, timeout_s=240)
+    reports = spawn("tests.dist_cases:dense_trial", P, timeout_s=240)
     assert all(r["correct"] for r in reports) and len({r["choices"] for r in reports}) == 1
     choices, extra = reports[0]["choices"], reports[0]["extra"]
     assert "allreduce" in choices[:-1], choices  # timed in the trial
