@@ -409,8 +409,8 @@ def test_input_check_reads_the_rows_a_call_sends(intra: str, rows_checked: bool,
 
 def test_intra_trial_keeps_node_steps_within_tie_and_gives_each_candidate_its_scheme() -> None:
     """The choice: per candidate the median of its calls' slowest-rank times; node steps win a tie (TIE) with
-    flat, the paper's dense ones a tie with sparse. Each candidate runs its own copy of the scheme on a trial
-    (no copy when the node steps are fixed)."""
+    flat, the paper's dense ones a tie with sparse. Each candidate runs its own copy of the scheme, and so does
+    each tensor size where the node steps are fixed (a copy sees one tensor size's shards)."""
     from zen.comm.sim import SimComm, SimGroup
     from zen.registry import make_scheme
     from zen.twolevel import CANDIDATES, TIE, TRIAL_CALLS, IntraTrial
@@ -434,4 +434,81 @@ def test_intra_trial_keeps_node_steps_within_tie_and_gives_each_candidate_its_sc
     copies = {m: trial.scheme_for(m, inner) for m in CANDIDATES}
     assert len({id(s) for s in copies.values()} | {id(inner)}) == len(CANDIDATES) + 1
     assert all(trial.scheme_for(m, inner) is copies[m] for m in CANDIDATES)
-    assert IntraTrial("sparse").scheme_for("sparse", inner) is inner
+    fixed = IntraTrial("sparse").scheme_for("sparse", inner)
+    assert fixed is not inner and IntraTrial("sparse").scheme_for("sparse", inner) is not fixed
+
+
+def _skewed_nodes(seed: int, nodes: int, k: int, rows: int, width: int
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(every node's rows, every rank's tensor): each node's halves of the rows at their own random density, so the
+    shard groups' busiest nodes differ; a node's rows are dealt to its k ranks (row % k), values non-zero."""
+    g = torch.Generator().manual_seed(seed)
+    node_sets, tensors = [], []
+    for _ in range(nodes):
+        density = torch.rand(2, generator=g) ** 3
+        ids = torch.arange(rows)
+        node = ids[torch.rand(rows, generator=g) < density[(ids >= rows // 2).long()]]
+        node_sets.append(node)
+        for i in range(k):
+            mine = node[node % k == i]
+            t = torch.zeros(rows, width)
+            t[mine] = torch.rand(len(mine), width, generator=g) + 0.5
+            tensors.append(t)
+    return node_sets, tensors
+
+
+@pytest.mark.parametrize(("local_cost", "seed"), [(True, 2), (False, 5)], ids=["local-cost", "bytes"])
+def test_shard_groups_choose_one_plan_together_as_the_step_simulator_does(local_cost: bool, seed: int) -> None:
+    """A node's shard groups share its uplink: zen predicts their bytes together (`Communicator.shared_link`) and
+    every group takes the one plan the step simulator's `zen_picks` takes for them (bytes only), or the library's
+    own prediction of the groups together (with local work), here where the groups predicted alone pick
+    otherwise; the byte prediction (`predict_side_by_side`) names the same plan."""
+    from simulator.paper import zen_picks
+    from zen.algorithms import plans
+    from zen.algorithms.selector import ZenAuto
+    from zen.twolevel import shard_bounds
+
+    nodes, k, rows, width, alpha = 3, 2, 2048, 31, 5e-6
+    options = {"local_cost": local_cost, "alpha": alpha, "bandwidth_gbps": 25.0}
+    node_sets, tensors = _skewed_nodes(seed, nodes, k, rows, width)
+    bounds = shard_bounds(rows, k)
+    shards = [[s[(s >= lo) & (s < hi)] - lo for lo, hi in zip(bounds, bounds[1:], strict=False)] for s in node_sets]
+    sizes = [hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    zen_ = ZenAuto(**options)
+    groups = [plans.counts_of([shards[m][j] for m in range(nodes)], WireLayout(nodes, sizes[j], width), 0, zen_.bp)
+              for j in range(k)]
+    alone = {plans.best(plans.predicted_times(g, zen_.net, zen_._plans(), zen_.local)) for g in groups}
+    together = plans.best(plans.predicted_times(groups, zen_.net, zen_._plans(), zen_.local))
+    if not local_cost:
+        assert zen_picks(shards, sizes, width, [25e9], alpha)[25e9] == together
+    assert alone != {together}, "the case should make the groups alone pick otherwise"
+    res = zen.simulate("zen", tensors, warmup=2, seed=0, rows=True, ranks_per_node=k, intra="dense", **options)
+    total, magnitude = reference_sum(tensors)
+    assert all(matches_reference(out, total, magnitude, nodes * k) for out in res.outputs)
+    assert {s.choice for s in res.stats} == {together}
+    layout = WireLayout(nodes * k, rows, width, 4, 4, 0)
+    predicted = predict("zen", [t.any(1).nonzero().view(-1) for t in tensors], layout, ranks_per_node=k,
+                        intra="dense", **options)
+    for r, want in enumerate(predicted):
+        assert {p: v[r] for p, v in res.phases.items() if v[r]} == {p: v for p, v in want.items() if v}
+
+
+def test_shard_groups_choose_together_when_two_tensor_sizes_share_a_shard_size() -> None:
+    """Tensors of 301 and 300 rows at 2 ranks a node: local rank 0's shards have 151 and 150 rows, local rank 1's
+    150 and 150. Each tensor size has its own copy of zen (`IntraTrial.scheme_for`), so both local ranks choose
+    each size's plan in the same call, as their joint prediction's all-gather inside the node needs."""
+    from zen.core.build import simulated
+    from zen.core.config import SyncConfig
+
+    P, k = 4, 2
+    group, syncers = simulated(SyncConfig(scheme="zen", ranks_per_node=k, intra="dense", rows=True),
+                               [torch.device("cpu")] * P, 60.0, SEED)
+    sizes = [301, 300] * 4
+    tensors = [[CASES["random"](r, P, torch.float32)[: 3 * rows].view(rows, 3) for r in range(P)] for rows in sizes]
+
+    def rank_main(r: int) -> list[torch.Tensor]:
+        return [zen.api._one(syncers[r], call[r], None)[0] for call in tensors]
+
+    for outs, call in zip(zip(*group.run(rank_main), strict=True), tensors, strict=True):
+        total, magnitude = reference_sum(call)
+        assert all(matches_reference(out, total, magnitude, P) for out in outs)

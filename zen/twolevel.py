@@ -152,10 +152,6 @@ class IntraTrial:
     calls: dict[str, int] = field(default_factory=lambda: {m: 0 for m in CANDIDATES})
     times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in CANDIDATES})
     copies: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)  # scheme -> candidate -> copy
-    on_trial: bool = field(init=False)  # whether the candidates are timed (else the node steps are fixed)
-
-    def __post_init__(self) -> None:
-        self.on_trial = self.chosen is None
 
     def mode(self) -> str:
         if self.chosen is not None:
@@ -163,12 +159,12 @@ class IntraTrial:
         return min(CANDIDATES, key=lambda m: self.calls[m])  # the first with the fewest calls: turns
 
     def scheme_for(self, mode: str, inner: Scheme) -> Scheme:
-        """The scheme instance candidate `mode` runs (and keeps, if chosen): its own copy on a trial, so that
-        one candidate's calls do not settle another's path (dense and sparse node steps both hand the scheme
-        shards of M / k rows: zen's BP-or-HC choice for that size would be timed on both, half each). Copies
-        per scheme object: parts of one size share the trial, not their schemes' state."""
-        if not self.on_trial:
-            return inner
+        """The scheme instance candidate `mode` runs (and keeps, if chosen) for this tensor size: its own copy, so
+        that one candidate's calls do not settle another's path (dense and sparse node steps both hand the scheme
+        shards of M / k rows: zen's BP-or-HC choice for that size would be timed on both, half each), and so that
+        local rank j's copy sees the calls of this size alone: shard j of two sizes can have one shard size, and
+        zen's shard groups choose together (`Communicator.shared_link`), in the same call on every local rank.
+        Copies per scheme object: parts of one size share the trial, not their schemes' state."""
         mine = self.copies.setdefault(inner, {})
         if mode not in mine:
             mine[mode] = copy.deepcopy(inner)
@@ -301,6 +297,8 @@ def sync_two_level(scheme: Scheme, grad: LocalGrad, comms: NodeComms, out: Dense
     steps' messages (`SparseBounds`)."""
     intra, inter = comms.intra, comms.inter
     intra.traffic, inter.traffic = stats.traffic.under(INTRA), stats.traffic.under(INTER)
+    # every node's shards have rows (the same test on every rank): the shard groups share the node's uplink
+    inter.shared_link = intra if grad.num_rows >= intra.world_size else None
     assert grad.dense is not None
     if mode == "sparse":
         limits = SparseBounds(announced, intra.world_size, inter.rank, grad.num_rows) if announced else None
@@ -430,19 +428,27 @@ def predict_two_level(scheme: Scheme, sets: list[torch.Tensor], layout: WireLayo
     (k-1)/k of the tensor each when k divides it; sparse (interleaved shards): the other ranks' non-zero rows
     of the rank's shard, and every other shard's rows of the result (the union of all ranks' sets there), as
     COO rows. Across nodes: `scheme.predict` on each shard, over the nodes' sets there, the union of their
-    ranks' sets (exact unless values cancel to zero). `intra="auto"`: dense, which it keeps where it cannot time
-    the two (the simulated group); on real ranks its choice is in each call's `stats.intra`."""
+    ranks' sets (exact unless values cancel to zero); a scheme whose plan is chosen from the shard groups' bytes
+    together where every shard has rows (zen's `predict_side_by_side`) predicts them at once. `intra="auto"`: dense,
+    which it keeps where it cannot time the two (the simulated group); on real ranks its choice is in each call's
+    `stats.intra`."""
     intra = "dense" if intra == "auto" else intra
     k, P = ranks_per_node, layout.world_size
     nodes = nodes_of(P, k)
     got: list[PhaseBytes] = [{} for _ in range(P)]
     union = int(torch.unique(torch.cat(sets)).numel()) if intra == "sparse" else 0
-    for j in range(k):
-        local, rows = _shard(sets, layout.rows, k, j, intra)
+    shards = [_shard(sets, layout.rows, k, j, intra) for j in range(k)]
+    groups = [([torch.unique(torch.cat(local[n * k : (n + 1) * k])) for n in range(nodes)],
+               replace(layout, world_size=nodes, rows=rows, index_bytes=4 if rows < 2**31 else 8))
+              for local, rows in shards]
+    side_by_side = getattr(scheme, "predict_side_by_side", None)
+    if side_by_side is not None and layout.rows >= k:  # every shard group syncs rows: they choose together
+        inter = side_by_side(groups)
+    else:
+        inter = [scheme.predict(*group) if rows else [{} for _ in range(nodes)]
+                 for group, (_, rows) in zip(groups, shards, strict=True)]
+    for j, ((local, rows), across) in enumerate(zip(shards, inter, strict=True)):
         elsewhere = union - int(torch.unique(torch.cat(local)).numel()) if intra == "sparse" else 0
-        node_sets = [torch.unique(torch.cat(local[n * k : (n + 1) * k])) for n in range(nodes)]
-        shard = replace(layout, world_size=nodes, rows=rows, index_bytes=4 if rows < 2**31 else 8)
-        across = scheme.predict(node_sets, shard) if rows else [{} for _ in range(nodes)]
         for n in range(nodes):
             phases = got[n * k + j]
             phases.update({INTER + p: v for p, v in across[n].items()})

@@ -175,12 +175,20 @@ def predicted_times(c: Counts | list[Counts], net: costmodel.Network, plans: Map
     """Every plan's predicted seconds: its busiest rank's bytes over the link's rate, its messages' latency and its
     slowest rank's local work at `local`'s prices (none: bytes only). A list of `Counts`: groups side by side
     whose rank r share node r's link (two-level sync's shard groups): their bytes add up per node."""
+    total = side_by_side(c, plans)
+    if total is None:
+        return {name: 0.0 for name in ("bp", "bp-range", "hc", "hc-coo", "allreduce")}
+    return {name: load.seconds(net, local or LocalCost()) for name, load in total.items()}
+
+
+def side_by_side(c: Counts | list[Counts], plans: Mapping[str, Any]) -> dict[str, Load] | None:
+    """Every plan's `Load` of groups side by side (a list of `Counts`, rank r of each on node r): their bytes added
+    per node; None where no group has rows or there is one rank (nothing crosses a link)."""
     groups = [g for g in (c if isinstance(c, list) else [c]) if any(g.nnz)]  # a group without rows: headers only
     if not groups or groups[0].layout.world_size == 1:
-        return {name: 0.0 for name in ("bp", "bp-range", "hc", "hc-coo", "allreduce")}
+        return None
     each = [loads(g, plans) for g in groups]
-    total = {name: sum((e[name] for e in each[1:]), each[0][name]) for name in each[0]}
-    return {name: load.seconds(net, local or LocalCost()) for name, load in total.items()}
+    return {name: sum((e[name] for e in each[1:]), each[0][name]) for name in each[0]}
 
 
 def counts_of(sets: list[torch.Tensor], layout: WireLayout, seed: int, bp: BalancedParallelism) -> Counts:
@@ -198,13 +206,16 @@ def counts_of(sets: list[torch.Tensor], layout: WireLayout, seed: int, bp: Balan
                   [offsets[j + 1] - offsets[j] for j in range(n)], torch.searchsorted(union, ranges).diff().tolist())
 
 
-def measured_link(c: Counts, bp_s: float, net: costmodel.Network, plans: Mapping[str, Any], local: LocalCost
-                  ) -> costmodel.Network:
+def measured_link(c: Counts | list[Counts], bp_s: float, net: costmodel.Network, plans: Mapping[str, Any],
+                  local: LocalCost) -> costmodel.Network:
     """`net` with the link's rate as a BP call of `bp_s` seconds measured it: BP's busiest bytes over the part of
     the call its local work and latency do not explain (at least a tenth of the call: the local cost is a model).
     Where bytes are nearly free (ranks sharing cores on loopback) local work then decides, where the link is slow
-    bytes do."""
-    load = loads(c, plans)["bp"]
+    bytes do. A list of `Counts`: groups side by side, whose BP calls shared each node's link for `bp_s`."""
+    total = side_by_side(c, plans)
+    if total is None:
+        return net
+    load = total["bp"]
     wire = max(bp_s - load.local_seconds(local) - load.hops * net.alpha, 0.1 * bp_s)
     return costmodel.Network(net.alpha, load.busy_bytes() / wire) if load.busy_bytes() > 0 else net
 

@@ -7,7 +7,9 @@ it knows (its rows, its push and serve counts, its ids' gap-coded size, its rows
 zen.algorithms.plans.Counts), and every
 rank predicts each plan's time from those counts, the busiest rank's bytes over the link's rate plus its
 messages' latency plus its local work (zen.algorithms.localcost); on a real backend the link's rate is the one BP's
-measuring calls saw (`plans.measured_link`), so local work decides where bytes are nearly free. Which BP
+measuring calls saw (`plans.measured_link`), so local work decides where bytes are nearly free. Two-level sync's
+shard groups share their node's uplink: there the node's ranks also all-gather their groups' counts inside the node
+and predict the groups together (`groups_on_link`), as the step simulator does. Which BP
 (hash or ranges) and which HC (HC, or its all-gather where predicted faster) are settled by that
 prediction (`plans.families`), unless HC and its all-gather are predicted within TIE of each other: then the trial
 times both (below); on a simulated group, whose clock means nothing, the prediction alone decides, BP against HC
@@ -223,15 +225,18 @@ class ZenAuto:
             gathered = comm.all_gather_v((mine,), phase="meta", bound=lambda j: [length + 1])
             rows = [message[0].tolist() for message in gathered]
         _, offsets = self.bp.partitioner(comm.shared_seed).server_rows(M, n, grad.device)
-        counts = plans.Counts.from_rows(layout, rows, [offsets[j + 1] - offsets[j] for j in range(n)],
-                                        range_rows(out, ranges))
+        owned = [offsets[j + 1] - offsets[j] for j in range(n)]
+        counts = plans.Counts.from_rows(layout, rows, owned, range_rows(out, ranges))
         union, mean = counts.union, sum(counts.nnz) / n
         stats.extra["gamma_n"] = union / mean if mean else 1.0
+        groups, bp_s = [counts], min(r[length] for r in rows) / 1e9
+        if n > 1 and comm.shared_link is not None:
+            groups, bp_s = groups_on_link(comm.shared_link, counts, rows, ids.device)
         net = self.net
-        if comm.clocked and n > 1 and union:
-            net = plans.measured_link(counts, min(r[length] for r in rows) / 1e9, net, self._plans(), self.local)
+        if comm.clocked and n > 1 and any(g.union for g in groups):
+            net = plans.measured_link(groups, bp_s, net, self._plans(), self.local)
             stats.extra["link_gbps"] = 8 * net.bandwidth / 1e9
-        return plans.predicted_times(counts, net, self._plans(), self.local)
+        return plans.predicted_times(groups, net, self._plans(), self.local)
 
     def _plans(self) -> dict[str, Scheme]:
         return {name: self.plan(name) for name in plans.PLANS}
@@ -247,12 +252,40 @@ class ZenAuto:
     def predict(self, sets: list[torch.Tensor], layout: WireLayout) -> list[PhaseBytes]:
         """Steady state: the plan the selector predicts fastest from the counts these sets give (as the ranks
         all-gather them after a BP call; a timed trial may pick HC's other id encoding, which this cannot know)."""
+        return self.predict_side_by_side([(sets, layout)])[0]
+
+    def predict_side_by_side(self, groups: list[tuple[list[torch.Tensor], WireLayout]]) -> list[list[PhaseBytes]]:
+        """`predict` of groups side by side on the same nodes (two-level sync's shard groups, every one with rows
+        to sync): one plan, predicted from all groups' counts together, as their ranks choose it."""
         choice = self.forced
         if choice is None:
-            counts = plans.counts_of(sets, layout, layout.seed, self.bp)
+            counts = [plans.counts_of(sets, layout, layout.seed, self.bp) for sets, layout in groups]
             choice = plans.best(plans.predicted_times(counts, self.net, self._plans(), self.local),
                                 "coo" if self.hc_ids == "coo" else "gaps")
-        return self.plan(choice).predict(sets, layout)
+        return [self.plan(choice).predict(sets, layout) for sets, layout in groups]
+
+
+def groups_on_link(link: Communicator, counts: plans.Counts, rows: list[list[int]], device: torch.device
+                 ) -> tuple[list[plans.Counts], float]:
+    """Every group's `Counts` sharing this rank's link (`link`: one rank of each group, two-level sync's node), in
+    `link`'s rank order, and the slowest group's BP time at its fastest rank: one all-gather of what this rank's
+    group all-gathered (its rows of `Counts.row_length` numbers and BP's time, its tensor's rows, its hash servers'
+    rows, the result's rows per range), the same on every rank of every group. Their bytes share the node's link,
+    so they are predicted together and take one plan."""
+    layout, n = counts.layout, counts.layout.world_size
+    mine = torch.tensor([layout.rows, *(x for r in rows for x in r), *counts.owned, *counts.range_union],
+                        dtype=torch.int64, device=device)
+    gathered = link.all_gather_v((mine,), phase="meta", bound=lambda j: [int(mine.numel())])
+    groups, slowest = [], 0.0
+    for (message,) in gathered:
+        values = message.tolist()
+        M, width = values[0], len(rows[0])
+        table = [values[1 + i * width : 1 + (i + 1) * width] for i in range(n)]
+        rest = values[1 + n * width :]
+        shard = WireLayout(n, M, layout.width, layout.value_bytes, 4 if M < 2**31 else 8)
+        groups.append(plans.Counts.from_rows(shard, table, rest[:n], rest[n:]))
+        slowest = max(slowest, min(r[-1] for r in table) / 1e9)
+    return groups, slowest
 
 
 def _faster(a: tuple[str, float], b: tuple[str, float], first: bool) -> tuple[str, float]:

@@ -112,6 +112,9 @@ class Communicator(Rounds, ABC):
         self._sizes_agreed = False
         self._failure: str | None = None
         self._announced: dict[int, tuple[weakref.ref, list[int]]] = {}  # id(grad) -> (it, rows per rank), this call
+        # this call's groups side by side on this rank's link, one rank of each (two-level sync's node, where every
+        # shard group syncs rows): a scheme choosing its path from bytes predicts them together (zen's selector)
+        self.shared_link: Communicator | None = None
 
     def begin_call(self, code: int, sizes_agreed: bool = False) -> None:
         """Start the next call: its headers carry the call number and `code` (the scheme and its options).
