@@ -8,6 +8,10 @@ best other scheme's, or where their 25th-75th percentile spreads overlap. Time i
 
     python scripts/best_of_all.py --ranks 4 --sizes 20,22,24 --densities 0.001,0.01,0.1 --patterns random,zipf
     python scripts/best_of_all.py --ranks 2,4,8 --bandwidths 1gbit,2.5gbit --sizes 22 --densities 0.01 --csv out.csv
+    python scripts/best_of_all.py --ranks 8 --ranks-per-node 2 --bandwidths 1gbit --sizes 22 --densities 0.01
+
+With `--ranks-per-node k` every scheme runs two-level sync on nodes of k ranks (the emulated cluster shapes each
+node's uplink), the node steps as each scheme's default (`intra="auto"`).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ def cells(args: argparse.Namespace) -> list[BenchConfig]:
     grid = itertools.product(args.ranks, args.bandwidths, args.sizes, args.densities, args.patterns)
     return [BenchConfig(backend="gloo", world_size=n, numel=1 << k, density=d, pattern=p, repeats=args.repeats,
                         warmup=args.warmup, bandwidth=None if b == "loopback" else b, seed=args.seed,
+                        ranks_per_node=args.ranks_per_node,
                         schemes=["allreduce", *[s for s in rivals() if s != "allreduce"], "zen"])
             for n, b, k, d, p in grid]
 
@@ -95,6 +100,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--warmup", type=int, default=4, help="untimed calls (zen's measuring and trial calls)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ranks-per-node", type=int, default=1, help="two-level sync on nodes of this many ranks")
     p.add_argument("--csv", default=None, help="write one row per cell here")
     args = p.parse_args(argv)
     args.patterns = args.patterns.split(",")
@@ -102,6 +108,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown pattern(s) {unknown}; choose from {', '.join(PATTERNS)}")
     if args.repeats < 4 or min(args.ranks) < 2:
         p.error("need --repeats >= 4 (quartiles) and --ranks >= 2")
+    if args.ranks_per_node < 1 or any(n % args.ranks_per_node for n in args.ranks):
+        p.error(f"--ranks-per-node must be >= 1 and divide every --ranks, got {args.ranks_per_node}")
     return args
 
 
@@ -111,11 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     print("| ranks | link | elements | density | pattern | zen ms (p25-p75) | best other ms (p25-p75) | zen / best "
           "| zen's plan | verdict |\n|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for cfg in cells(args):
-        row = {"ranks": cfg.world_size, "link": cfg.bandwidth or "loopback", "elements": cfg.numel,
+        k = cfg.ranks_per_node
+        ranks = cfg.world_size if k == 1 else f"{cfg.world_size // k} x {k}"
+        row = {"ranks": ranks, "link": cfg.bandwidth or "loopback", "elements": cfg.numel,
                "density": cfg.density, "pattern": cfg.pattern, **judge(both_orders(cfg))}
         out.append(row)
         verdict = ("best" if row["passes"] else "LOSES") + ("" if row["correct"] else ", WRONG")
-        print(f"| {cfg.world_size} | {row['link']} | 2^{cfg.numel.bit_length() - 1} | {cfg.density:g} | {cfg.pattern} "
+        print(f"| {ranks} | {row['link']} | 2^{cfg.numel.bit_length() - 1} | {cfg.density:g} | {cfg.pattern} "
               f"| {row['zen_ms']:.2f} ({row['zen_p25']:.1f}-{row['zen_p75']:.1f}) | {row['best']} "
               f"{row['best_ms']:.2f} ({row['best_p25']:.1f}-{row['best_p75']:.1f}) | {row['ratio']:.2f}x "
               f"| {row['zen_plan']} | {verdict} |", flush=True)

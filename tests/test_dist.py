@@ -156,9 +156,17 @@ def test_best_of_all_judges_zen_against_the_fastest_other_scheme(tmp_path, capsy
     with pytest.raises(SystemExit) as refused:
         best_of_all.main(["--bandwidths", "1zz"])
     assert refused.value.code == 2
+    with pytest.raises(SystemExit) as refused:
+        best_of_all.main(["--ranks", "4,6", "--ranks-per-node", "4"])
+    assert refused.value.code == 2
     out = tmp_path / "cells.csv"
     best_of_all.main(["--ranks", "3", "--sizes", "12", "--densities", "0.05", "--patterns", "zipf", "--repeats", "4",
                       "--csv", str(out)])
     (cell,) = list(csv.DictReader(out.open()))
     assert cell["correct"] == "True" and cell["best"] in best_of_all.rivals() and cell["zen_plan"]
     assert "| 3 | loopback | 2^12 | 0.05 | zipf |" in capsys.readouterr().out
+    best_of_all.main(["--ranks", "4", "--ranks-per-node", "2", "--sizes", "12", "--densities", "0.05", "--patterns",
+                      "zipf", "--repeats", "4", "--csv", str(out)])
+    (cell,) = list(csv.DictReader(out.open()))
+    assert cell["correct"] == "True" and cell["ranks"] == "2 x 2"
+    assert "| 2 x 2 | loopback | 2^12 | 0.05 | zipf |" in capsys.readouterr().out
