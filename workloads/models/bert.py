@@ -1,4 +1,4 @@
-"""BERT masked-LM pre-training on BBC News with the 30,522-entry uncased WordPiece vocabulary.
+"""BERT masked-LM pre-training on BBC News (plus clothing reviews with `corpora`), 30,522-entry uncased WordPiece.
 
 The paper reports BERT's embedding-gradient density growing from 1.06% on one GPU to 40.8% summed
 over 128 GPUs (Zen §2). Input and output embeddings are untied so the word-embedding gradient is
@@ -9,7 +9,7 @@ become [MASK], 10% a random token (which touches random embedding rows) and 10% 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -33,6 +33,7 @@ class BertPreset:
     positions: int  # max_position_embeddings (BERT-base: 512)
     batch_size: int
     lr: float
+    corpora: tuple[str, ...] = ("bbc",)  # document corpora, one after the other (workloads/corpora.py)
 
 
 PRESETS = {
@@ -67,10 +68,10 @@ def mask_tokens(ids: torch.Tensor, special: torch.Tensor, mask_id: int, vocab: i
 
 
 @register_workload("bert")
-def build(preset: str, seed: int) -> Workload:
-    cfg = PRESETS[preset]
+def build(preset: str, seed: int, corpora: tuple[str, ...] | None = None) -> Workload:
+    cfg = replace(PRESETS[preset], corpora=corpora) if corpora else PRESETS[preset]
     transformers = transformers_offline()
-    tok, vocab, stream = tokenized_corpus(TOKENIZER, cfg.article_limit)
+    tok, vocab, stream = tokenized_corpus(TOKENIZER, cfg.corpora, cfg.article_limit)
     cls_id, sep_id, mask_id = (tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[MASK]"))
     config = transformers.BertConfig(
         vocab_size=vocab, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,

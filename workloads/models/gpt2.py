@@ -1,4 +1,4 @@
-"""GPT-2 causal-LM training on BBC News with the GPT-2 byte-level BPE vocabulary (50,257 tokens).
+"""GPT-2 causal-LM training on BBC News (plus clothing reviews with `corpora`), GPT-2 byte-level BPE (50,257 tokens).
 
 Input (wte) and output (lm_head) embeddings are untied, so the wte gradient only has the rows of
 the batch's tokens (Zen §2: natural sparsity of embedding gradients); lm_head is dense.
@@ -7,7 +7,7 @@ the batch's tokens (Zen §2: natural sparsity of embedding gradients); lm_head i
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -28,6 +28,7 @@ class GPT2Preset:
     n_ctx: int
     batch_size: int
     lr: float
+    corpora: tuple[str, ...] = ("bbc",)  # document corpora, one after the other (workloads/corpora.py)
 
 
 PRESETS = {
@@ -46,10 +47,10 @@ PRESETS = {
 
 
 @register_workload("gpt2")
-def build(preset: str, seed: int) -> Workload:
-    cfg = PRESETS[preset]
+def build(preset: str, seed: int, corpora: tuple[str, ...] | None = None) -> Workload:
+    cfg = replace(PRESETS[preset], corpora=corpora) if corpora else PRESETS[preset]
     transformers = transformers_offline()
-    _, vocab, stream = tokenized_corpus(TOKENIZER, cfg.article_limit)
+    _, vocab, stream = tokenized_corpus(TOKENIZER, cfg.corpora, cfg.article_limit)
     config = transformers.GPT2Config(
         vocab_size=vocab, n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head,
         n_positions=cfg.n_ctx, tie_word_embeddings=False)

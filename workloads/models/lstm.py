@@ -1,8 +1,8 @@
 """LSTM word language model: the paper's LSTM workload (Zen §6, One Billion Word, 406M parameters,
 per-GPU embedding-gradient density 1.13% at batch 128).
 
-One Billion Word is not available offline, so the text is the Penn Treebank and/or BBC News
-(workloads/corpora.py) with a frequency-sorted word vocabulary. The input embedding is a sparse
+One Billion Word is not available offline, so the text is the Penn Treebank and/or BBC News (with `corpora`,
+clothing reviews too; workloads/corpora.py) with a frequency-sorted word vocabulary. The input embedding is a sparse
 parameter. The output layer is a full softmax over the corpus vocabulary (dense), or, as large-vocabulary
 LMs on One Billion Word are trained, a sampled softmax (`samples` > 0): each step scores the targets
 against `samples` negatives drawn log-uniformly (frequent words more often; the vocabulary is sorted by
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -131,8 +131,8 @@ def lm_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 @register_workload("lstm")
-def build(preset: str, seed: int) -> Workload:
-    cfg = PRESETS[preset]
+def build(preset: str, seed: int, corpora: tuple[str, ...] | None = None) -> Workload:
+    cfg = replace(PRESETS[preset], corpora=corpora) if corpora else PRESETS[preset]
     stream, vocab = word_stream(cfg.corpora, cfg.sentence_limit)
     rows = max(cfg.embedding_rows or 0, len(vocab))
     with torch.random.fork_rng():
