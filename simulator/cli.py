@@ -201,6 +201,8 @@ def _paper(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} {path}: no such file")
     if args.merge_cost is not None and args.per != "gpu":
         raise UsageError("--merge-cost needs --per gpu (SparCML's merges run on each GPU's processor)")
+    if "zen" not in args.schemes.split(","):
+        raise UsageError(f"--schemes {args.schemes}: include zen (every row gives zen's speedup over its scheme)")
     cost = BlockCost.load(args.block_cost) if args.block_cost is not None else None
     merge = MergeCost.load(args.merge_cost) if args.merge_cost is not None else None
     rows = table(args.workload, args.profile, args.nodes, args.gpus_per_node, args.bandwidth or [25e9],

@@ -101,6 +101,16 @@ def test_a_missing_cost_file_is_one_line_and_exit_2(flag: str, tmp_path, capsys)
     assert len(err) == 1 and flag in err[0] and "no such file" in err[0]
 
 
+def test_paper_without_zen_among_the_schemes_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+    from simulator.cli import main
+
+    (tmp_path / "traces.pt").write_bytes(b"")
+    assert main(["paper", "--profile", str(tmp_path), "--workload", "bert", "--schemes", "omnireduce",
+                 "--csv", str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "include zen" in err[0] and not (tmp_path / "p.csv").exists()
+
+
 def test_a_tcp_block_message_is_timed_and_bad_arguments_are_one_line(capsys) -> None:
     """harness.bench.block_messages: every message sent and received over loopback (the run ends), a positive
     cost each; a bad count is one line and exit 2."""
