@@ -86,11 +86,12 @@ FIGURE_TEXT = {
                   "Simulated, not measured."),
     "sim_beyond": ("Beyond the paper: 1,024 GPUs and 400 Gbps, simulated",
                    "The paper's setting simulated past its scale (16 to 128 machines x 8 V100s, 25, 100 and 400 "
-                   "Gbps NICs) from traces at Table 1's density with as many workers as the offline corpora hold "
-                   "(DeepFM and BERT 1,024, NMT's LSTM 512, GPT-2 256), Zen's plans apart (BP over hashes or "
-                   "ranges; HC where recorded), each machine one endpoint (per GPU within 2%, OmniReduce and Sparse "
-                   "PS 4-12% slow: docs/simulator.md): (a) throughput vs GPUs, where each scheme crosses another; "
-                   "(b) HC's step over BP's (above 1: BP faster). Simulated, not measured."),
+                   "Gbps NICs) from traces at Table 1's density (DeepFM and BERT 1,024 workers, NMT's LSTM 512 and "
+                   "GPT-2 256 on the presets' text; NMT's LSTM at 1,024 GPUs and GPT-2 at 512 and 1,024 from "
+                   "1,024-worker traces with the clothing reviews appended, `zen profile --corpora`), Zen's plans "
+                   "apart (BP over hashes or ranges; HC where recorded), each machine one endpoint (per GPU within "
+                   "2%, OmniReduce and Sparse PS 4-12% slow: docs/simulator.md): (a) throughput vs GPUs, where each "
+                   "scheme crosses another; (b) HC's step over BP's (above 1: BP faster). Simulated, not measured."),
     "sim_fig8": ("Fig 8 with latency and contention, simulated",
                  "Each scheme's sync of the embedding gradient alone on 2..128 GPUs, one per machine (the paper's "
                  "analysis setting), on SimGrid: the real schemes' messages recorded on the profile's row sets, "
