@@ -117,6 +117,14 @@ def record_cross(scheme: str, shards: list[list[torch.Tensor]], sizes: list[int]
     return [[[i for i in items if isinstance(i, Comm)] for items in shard] for shard in exact]
 
 
+def shard_options(options: dict[str, object], j: int) -> dict[str, object]:
+    """A scheme's options on shard `j`: zen's `choices` (a plan per shard, `zen_options`) as that shard's `choice`."""
+    if "choices" not in options:
+        return options
+    rest = {k: v for k, v in options.items() if k != "choices"}
+    return {**rest, "choice": options["choices"][j]}  # type: ignore[index]
+
+
 def _record_cross(scheme: str, shards: list[list[torch.Tensor]], sizes: list[int], width: int, seed: int,
                   options: dict[str, object]) -> list[list[list[Item]]]:
     nodes, gpus = len(shards), len(shards[0])
@@ -126,7 +134,7 @@ def _record_cross(scheme: str, shards: list[list[torch.Tensor]], sizes: list[int
         tensors = [torch.sparse_coo_tensor(ids.unsqueeze(0), torch.randn(len(ids), width, generator=gen),
                                            (sizes[j], width), check_invariants=False).coalesce()
                    for ids in (shards[m][j] for m in range(nodes))]
-        instances = [make_scheme(scheme, **options) for _ in range(nodes)]
+        instances = [make_scheme(scheme, **shard_options(options, j)) for _ in range(nodes)]
 
         def fn(comm: object, rank: int, tensors: list[torch.Tensor] = tensors, instances: list = instances) -> None:
             sync(instances[rank], tensors[rank], comm, validate=False, sparse_result=True,  # type: ignore[arg-type]
@@ -234,7 +242,7 @@ def variants(name: str) -> list[tuple[str, dict[str, object]]]:
 def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int, gpus: int, rates: list[float],
              schemes: list[str], latency_s: float = 10e-6, jobs: int = 1, per: str = "gpu", compute_scale: float = 1.0,
              block_cost: BlockCost | None = None, notes: dict[str, dict[str, float]] | None = None,
-             merge_cost: MergeCost | None = None, picked: dict[float, str] | None = None
+             merge_cost: MergeCost | None = None, picked: dict[float, tuple[str, ...]] | None = None
              ) -> dict[float, dict[str, StepResult]]:
     """Each scheme's step on `nodes` x `gpus` GPUs (ranks machine by machine) at every NIC rate in `rates`,
     "none" computing only. Schedules are recorded once and replayed at every rate; zen is the plan its own
@@ -265,13 +273,13 @@ def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int,
     if picked is not None:
         picked.update(picks)
     for name in schemes:
-        chosen = [("zen", {"choice": c}) for c in dict.fromkeys(picks.values())] if name == "zen" else None
+        chosen = [("zen", zen_options(c)) for c in dict.fromkeys(picks.values())] if name == "zen" else None
         for scheme, options in chosen or variants(name):
             key = (scheme, *sorted(options.items()))
             paths.setdefault(name, []).append(key)
             if key in calls_of:  # zen's paths again for zen-bp or zen-hc
                 continue
-            if make_scheme(scheme, **options).sparse_input:
+            if make_scheme(scheme, **shard_options(options, 0)).sparse_input:
                 emb = _sparse_calls(scheme, options, shards, (nodes, gpus, rows, width), by_machine, latency_s,
                                     block_cost, notes, merge_cost)
             elif by_machine:
@@ -288,19 +296,21 @@ def scheme_steps(workload: str, sets: list[torch.Tensor], rows: int, nodes: int,
         results = dict(zip(calls_of, engine.run_steps([(plat, st) for st in streams], jobs), strict=True))
         best = {name: min((results[k] for k in keys), key=lambda r: r.step_s) for name, keys in paths.items()}
         if picks:
-            best["zen"] = results[("zen", ("choice", picks[rate]))]
+            best["zen"] = results[("zen", *zen_options(picks[rate]).items())]
         out[rate] = best
     return out
 
 
 def zen_picks(shards: list[list[torch.Tensor]] | None, sizes: list[int], width: int, rates: list[float],
-              latency_s: float) -> dict[float, str]:
+              latency_s: float) -> dict[float, tuple[str, ...]]:
     """The plan zen picks at each NIC rate by the library's own prediction (zen.algorithms.plans), from the counts
-    its ranks all-gather after BP, in every shard group. A machine's shard groups share its NIC, so they are
-    predicted together (their bytes add up per machine) and take one plan. Bytes and latency only: the simulated
-    step charges every plan the same local work (the GPU's pass over its shard). One machine: BP (nothing to pick)."""
+    its ranks all-gather after BP, in every shard group (one per entry of `sizes`). A machine's shard groups share
+    its NIC, so they are predicted together (their bytes add up per machine) and take one plan; where that is BP, each
+    group the partitioning of the mix that is fastest together (`plans.choose_side_by_side`). Bytes and latency
+    only: the simulated step charges every plan the same local work (the GPU's pass over its shard). One machine:
+    BP (nothing to pick)."""
     if shards is None:
-        return {rate: "bp" for rate in rates}
+        return {rate: ("bp",) * len(sizes) for rate in rates}
     from zen.algorithms import plans
     from zen.costmodel import Network
     from zen.types import WireLayout
@@ -310,7 +320,20 @@ def zen_picks(shards: list[list[torch.Tensor]] | None, sizes: list[int], width: 
     groups = [plans.counts_of([shards[m][j] for m in range(nodes)], WireLayout(nodes, size, width, 4, 4), 0, zen.bp)
               for j, size in enumerate(sizes)]
     runs = {name: zen.plan(name) for name in plans.PLANS}
-    return {rate: plans.best(plans.predicted_times(groups, Network(latency_s, rate / 8), runs)) for rate in rates}
+    return {rate: tuple(plans.choose_side_by_side(groups, Network(latency_s, rate / 8), runs)) for rate in rates}
+
+
+def zen_options(picked: tuple[str, ...]) -> dict[str, object]:
+    """zen's recorded options for the plans its shard groups picked: one `choice` where they agree (the recording
+    zen-bp and the like share), else `choices`, a plan per shard (`_record_cross`)."""
+    return {"choice": picked[0]} if len(set(picked)) == 1 else {"choices": picked}
+
+
+def plan_label(picked: tuple[str, ...]) -> str:
+    """The zen_plan column: the plan, or where shard groups differ, the commonest and the shards that differ."""
+    common = max(dict.fromkeys(picked), key=picked.count)
+    apart = {p: [j for j, q in enumerate(picked) if q == p] for p in dict.fromkeys(picked) if p != common}
+    return common + "".join(f" ({p}: shards {', '.join(map(str, js))})" for p, js in apart.items())
 
 
 def _sparse_calls(scheme: str, options: dict[str, object], shards: list[list[torch.Tensor]] | None,
@@ -405,7 +428,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
     out: list[dict[str, object]] = []
     for nodes, scale in [(n, c) for n in node_counts for c in compute_scales]:
         notes: dict[str, dict[str, float]] = {}
-        picked: dict[float, str] = {}
+        picked: dict[float, tuple[str, ...]] = {}
         results = scheme_steps(workload, sets, rows, nodes, gpus, rates, schemes, jobs=jobs, per=per,
                                compute_scale=scale, block_cost=block_cost, notes=notes, merge_cost=merge_cost,
                                picked=picked)
@@ -420,7 +443,7 @@ def table(workload: str, profile: Path, node_counts: list[int], gpus: int, rates
                             "samples_per_s": nodes * gpus * s.batch / r.step_s,
                             "model_comm_ms": 1e3 * models[name][rate] if name in models else float("nan"),
                             "timeline": roofline(s).source, "compute_scale": scale, "width": paper_width(s, rows),
-                            "rows": rows, "per": per, "zen_plan": picked.get(rate) if name == "zen" else None,
+                            "rows": rows, "per": per, "zen_plan": plan_label(picked[rate]) if name == "zen" else None,
                             **_block_fields(notes.get(name), block_cost),
                             **_merge_fields(notes.get(name), merge_cost, paper_width(s, rows))})
     return out

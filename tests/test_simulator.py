@@ -385,6 +385,23 @@ def test_repeated_launches_of_a_cell_combine_by_their_median(tmp_path) -> None:
     json.dumps(rows)  # the CSV's rows are plain numbers
 
 
+def test_zen_shard_groups_taking_different_partitionings_are_recorded_shard_by_shard() -> None:
+    """Where zen's prediction gives a machine's shard groups different BP partitionings (`zen_picks`), each shard's
+    messages are those of its own plan: the same as that plan's recording for all shards, on that shard."""
+    from simulator.paper import node_shards, plan_label, record_cross, shard_sizes, zen_options
+
+    gen = torch.Generator().manual_seed(3)
+    rows, width = 600, 4
+    sets = [torch.randperm(rows, generator=gen)[:90].sort().values for _ in range(6)]
+    shards, sizes = node_shards(sets, 3, 2, rows), shard_sizes(rows, 2)
+    mixed = record_cross("zen", shards, sizes, width, **zen_options(("bp", "bp-range")))
+    hashed = record_cross("zen", shards, sizes, width, choice="bp")
+    ranged = record_cross("zen", shards, sizes, width, choice="bp-range")
+    assert mixed[0] == hashed[0] and mixed[1] == ranged[1] and hashed[1] != ranged[1]
+    assert zen_options(("bp", "bp")) == {"choice": "bp"}
+    assert plan_label(("bp-range", "bp", "bp-range")) == "bp-range (bp: shards 1)" and plan_label(("hc",)) == "hc"
+
+
 @pytest.mark.slow  # SimGrid runs in a Python process of its own (simulator.engine)
 @needs_simgrid
 def test_paper_setting_records_each_zen_path_once_and_zen_takes_its_pick() -> None:
@@ -397,13 +414,14 @@ def test_paper_setting_records_each_zen_path_once_and_zen_takes_its_pick() -> No
     rows = 4000
     sets = [torch.randperm(rows, generator=gen)[:120].sort().values for _ in range(4)]
     names = ["allreduce", "zen", "zen-bp", "zen-bp-range", "zen-hc", "zen-bp-coo"]
-    picked: dict[float, str] = {}
+    picked: dict[float, tuple[str, ...]] = {}
     got = scheme_steps("dlrm", sets, rows, 2, 2, [25e9], names, picked=picked)[25e9]
     assert set(got) == {"none", *names}
     assert got["zen-bp-coo"].step_s != got["zen-bp"].step_s  # Fig 17b's COO pulls: recorded apart
     width = paper_width(SETTINGS["dlrm"], rows)
     pick = zen_picks(node_shards(sets, 2, 2, rows), shard_sizes(rows, 2), width, [25e9], 10e-6)[25e9]
-    assert got["zen"].step_s == got[{"bp": "zen-bp", "bp-range": "zen-bp-range", "hc": "zen-hc"}[pick]].step_s
+    assert len(set(pick)) == 1  # uniform rows: one plan (a mix is recorded shard by shard: the next test)
+    assert got["zen"].step_s == got[{"bp": "zen-bp", "bp-range": "zen-bp-range", "hc": "zen-hc"}[pick[0]]].step_s
     assert picked == {25e9: pick}  # what `simulator paper` writes in zen's row (zen_plan)
     assert all(r.step_s >= got["none"].step_s for r in got.values())
 

@@ -457,12 +457,13 @@ def _skewed_nodes(seed: int, nodes: int, k: int, rows: int, width: int
     return node_sets, tensors
 
 
-@pytest.mark.parametrize(("local_cost", "seed"), [(True, 2), (False, 5)], ids=["local-cost", "bytes"])
-def test_shard_groups_choose_one_plan_together_as_the_step_simulator_does(local_cost: bool, seed: int) -> None:
-    """A node's shard groups share its uplink: zen predicts their bytes together (`Communicator.shared_link`) and
-    every group takes the one plan the step simulator's `zen_picks` takes for them (bytes only), or the library's
-    own prediction of the groups together (with local work), here where the groups predicted alone pick
-    otherwise; the byte prediction (`predict_side_by_side`) names the same plan."""
+@pytest.mark.parametrize(("local_cost", "seed"), [(True, 12), (False, 2)], ids=["local-cost", "bytes"])
+def test_shard_groups_choose_their_plans_together_as_the_step_simulator_does(local_cost: bool, seed: int) -> None:
+    """A node's shard groups share its uplink: zen predicts their bytes together (`Communicator.shared_link`), takes
+    one plan for them and, BP being it, each group's partitioning in the mix fastest together, as the step
+    simulator's `zen_picks` does (bytes only), or the library's own prediction of the groups together (with local
+    work). Here the groups predicted alone pick otherwise, and the mix is hashes for one group and ranges for the
+    other; the byte prediction (`predict_side_by_side`) names the same plans."""
     from simulator.paper import zen_picks
     from zen.algorithms import plans
     from zen.algorithms.selector import ZenAuto
@@ -477,20 +478,50 @@ def test_shard_groups_choose_one_plan_together_as_the_step_simulator_does(local_
     zen_ = ZenAuto(**options)
     groups = [plans.counts_of([shards[m][j] for m in range(nodes)], WireLayout(nodes, sizes[j], width), 0, zen_.bp)
               for j in range(k)]
-    alone = {plans.best(plans.predicted_times(g, zen_.net, zen_._plans(), zen_.local)) for g in groups}
-    together = plans.best(plans.predicted_times(groups, zen_.net, zen_._plans(), zen_.local))
+    alone = [plans.best(plans.predicted_times(g, zen_.net, zen_._plans(), zen_.local)) for g in groups]
+    together = plans.choose_side_by_side(groups, zen_.net, zen_._plans(), zen_.local)
+    one = plans.best(plans.predicted_times(groups, zen_.net, zen_._plans(), zen_.local))
     if not local_cost:
-        assert zen_picks(shards, sizes, width, [25e9], alpha)[25e9] == together
-    assert alone != {together}, "the case should make the groups alone pick otherwise"
+        assert zen_picks(shards, sizes, width, [25e9], alpha)[25e9] == tuple(together)
+    assert alone != together, "the case should make the groups alone pick otherwise"
+    assert sorted(together) == ["bp", "bp-range"] and one in together, "the case should make the groups' BPs differ"
     res = zen.simulate("zen", tensors, warmup=2, seed=0, rows=True, ranks_per_node=k, intra="dense", **options)
     total, magnitude = reference_sum(tensors)
     assert all(matches_reference(out, total, magnitude, nodes * k) for out in res.outputs)
-    assert {s.choice for s in res.stats} == {together}
+    assert [s.choice for s in res.stats] == [together[r % k] for r in range(nodes * k)]
     layout = WireLayout(nodes * k, rows, width, 4, 4, 0)
     predicted = predict("zen", [t.any(1).nonzero().view(-1) for t in tensors], layout, ranks_per_node=k,
                         intra="dense", **options)
     for r, want in enumerate(predicted):
         assert {p: v[r] for p, v in res.phases.items() if v[r]} == {p: v for p, v in want.items() if v}
+
+
+def test_a_shard_groups_mix_of_partitions_is_never_predicted_slower_than_one_for_all() -> None:
+    """`plans.partitions_side_by_side` starts from the one partitioning for all and keeps a group's change only where
+    the groups' predicted time gets shorter: on random skewed nodes it is never longer, the same on a second call
+    (every rank computes it), and groups without rows keep the pick."""
+    from zen.algorithms import plans
+    from zen.algorithms.selector import ZenAuto
+    from zen.twolevel import shard_bounds
+
+    nodes, k, rows, width = 3, 2, 2048, 31
+    zen_ = ZenAuto(alpha=5e-6, bandwidth_gbps=25.0)
+    mixed = 0
+    for seed in range(12):
+        node_sets, _ = _skewed_nodes(seed, nodes, k, rows, width)
+        bounds = shard_bounds(rows, k)
+        groups = [plans.counts_of([s[(s >= lo) & (s < hi)] - lo for s in node_sets], WireLayout(nodes, hi - lo, width),
+                                  0, zen_.bp) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+        empty = plans.counts_of([torch.empty(0, dtype=torch.int64)] * nodes, WireLayout(nodes, 1024, width), 0, zen_.bp)
+        groups.append(empty)
+        times = plans.predicted_times(groups, zen_.net, zen_._plans(), zen_.local)
+        bp = plans.families(times)[0]
+        mix, after = plans.partitions_side_by_side(groups, zen_.net, zen_._plans(), zen_.local, times)
+        assert after[bp] <= times[bp] and mix[-1] == bp
+        assert (mix, after) == plans.partitions_side_by_side(groups, zen_.net, zen_._plans(), zen_.local, times)
+        assert {p: t for p, t in after.items() if p != bp} == {p: t for p, t in times.items() if p != bp}
+        mixed += len(set(mix)) > 1
+    assert mixed >= 2, "some of these nodes should split their groups' partitionings"
 
 
 def test_shard_groups_choose_together_when_two_tensor_sizes_share_a_shard_size() -> None:

@@ -11,7 +11,8 @@ link's rate, plus its hops' latency (the exchanges one after another: BP's all-t
 ring all-gather takes n - 1 steps, HC two hops a round), plus its slowest rank's local work (rows walked by its
 merges, decodes and sums, their value bytes, its steps) at the prices measured on this machine
 (zen.algorithms.localcost). Two-level sync's shard groups share each node's link: predicted together, their bytes
-add up per node (`predicted_times` of a list of `Counts`).
+add up per node (`predicted_times` of a list of `Counts`), and where BP is their plan each group takes the
+partitioning, hashes or ranges, that shortens their time together (`partitions_side_by_side`).
 
 The plans (`PLANS`): "bp" (hash partitions), "bp-range" (equal ranges), "hc" / "hc-coo" (HC with gap-coded or
 plain ids), "ag" / "ag-coo" (HC without its merge: one all-gather), "allreduce" (the dense ring all-reduce: where
@@ -189,6 +190,48 @@ def side_by_side(c: Counts | list[Counts], plans: Mapping[str, Any]) -> dict[str
         return None
     each = [loads(g, plans) for g in groups]
     return {name: sum((e[name] for e in each[1:]), each[0][name]) for name in each[0]}
+
+
+def partitions_side_by_side(groups: list[Counts], net: costmodel.Network, plans: Mapping[str, Any],
+                            local: LocalCost | None, times: dict[str, float], ids: str = "gaps"
+                            ) -> tuple[list[str], dict[str, float]]:
+    """BP's partitioning for each of `groups` side by side (two-level sync's shard groups), chosen together, and
+    `times` with BP's (`families`' pick) at that mix. From `families`' pick for all, each group in turn, twice over,
+    takes the other partitioning where that shortens the groups' predicted time: shard groups of a skewed tensor
+    differ (one whose rows crowd a few ranges is balanced by hashes, one whose union is near-dense by ranges), and
+    both partitionings run BP's phases, so the groups still move in step. The same numbers give the same mix on
+    every rank; a group without rows keeps the pick."""
+    bp = families(times, ids)[0]
+    mix = [bp] * len(groups)
+    live = [j for j, g in enumerate(groups) if any(g.nnz)]
+    if len(live) < 2 or groups[0].layout.world_size == 1:
+        return mix, times
+    each = {j: loads(groups[j], plans) for j in live}
+    other = {"bp": "bp-range", "bp-range": "bp"}
+
+    def seconds(m: list[str]) -> float:
+        total = each[live[0]][m[live[0]]]
+        for j in live[1:]:
+            total = total + each[j][m[j]]
+        return total.seconds(net, local or LocalCost())
+
+    best = seconds(mix)
+    for _ in range(2):
+        for j in live:
+            trial = [other[m] if i == j else m for i, m in enumerate(mix)]
+            if (t := seconds(trial)) < best:
+                mix, best = trial, t
+    return mix, {**times, bp: best}
+
+
+def choose_side_by_side(groups: list[Counts], net: costmodel.Network, plans: Mapping[str, Any],
+                        local: LocalCost | None = None, ids: str = "gaps") -> list[str]:
+    """Each group's plan, chosen together where nothing is timed: `best` of the groups' times with BP's at its mix
+    (`partitions_side_by_side`); where that is BP, the mix, else one plan for all."""
+    times = predicted_times(groups, net, plans, local)
+    mix, times = partitions_side_by_side(groups, net, plans, local, times, ids)
+    choice = best(times, ids)
+    return mix if choice == families(times, ids)[0] else [choice] * len(groups)
 
 
 def counts_of(sets: list[torch.Tensor], layout: WireLayout, seed: int, bp: BalancedParallelism) -> Counts:

@@ -9,7 +9,8 @@ rank predicts each plan's time from those counts, the busiest rank's bytes over 
 messages' latency plus its local work (zen.algorithms.localcost); on a real backend the link's rate is the one BP's
 measuring calls saw (`plans.measured_link`), so local work decides where bytes are nearly free. Two-level sync's
 shard groups share their node's uplink: there the node's ranks also all-gather their groups' counts inside the node
-and predict the groups together (`groups_on_link`), as the step simulator does. Which BP
+and predict the groups together (`groups_on_link`), as the step simulator does: one plan, and where that is BP, each
+group's partitioning in the mix that is fastest together (`plans.partitions_side_by_side`). Which BP
 (hash or ranges) and which HC (HC, or its all-gather where predicted faster) are settled by that
 prediction (`plans.families`), unless HC and its all-gather are predicted within TIE of each other: then the trial
 times both (below); on a simulated group, whose clock means nothing, the prediction alone decides, BP against HC
@@ -124,15 +125,16 @@ class ZenAuto:
             times = self.measured.setdefault(key, [])
             times.append(clock.stop().seconds())
             if len(times) >= self.measure_iters:
-                predicted = self._predict(grad, comm, out, stats, min(times))
                 ids = "coo" if self.hc_ids == "coo" else "gaps"
-                bp_plan, hc_plan = plans.families(predicted, ids)
+                predicted, bp_plan = self._predict(grad, comm, out, stats, min(times), ids)
+                family, hc_plan = plans.families(predicted, ids)
                 if self.select == "time" and comm.clocked and comm.world_size > 1:
                     timed, each = self._trial_plans(predicted, hc_plan, plans.dense_wins(predicted, ids))
                     self.trials[key] = (min(times), plans.fastest_sparse(predicted, ids), bp_plan,
                                         {v: [] for v in timed}, each)
                 else:
-                    self.choices[key] = plans.best(predicted, ids)
+                    choice = plans.best(predicted, ids)
+                    self.choices[key] = bp_plan if choice == family else choice
 
     def settling_calls(self, comm: Communicator) -> int:
         """Calls per tensor size spent choosing a plan on `comm` (the measuring BP calls, then each timed HC
@@ -203,11 +205,13 @@ class ZenAuto:
             choice = _faster(("allreduce", dense_s), choice, first=True)
         self.choices[key] = choice[0]
 
-    def _predict(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats, bp_s: float
-                 ) -> dict[str, float]:
+    def _predict(self, grad: LocalGrad, comm: Communicator, out: Output, stats: SyncStats, bp_s: float, ids: str
+                 ) -> tuple[dict[str, float], str]:
         """Every plan's predicted time from the counts every rank all-gathers after a BP call, and the BP call's
-        result. On a clock that means something, the link's rate is the one BP's fastest call measured (at the rank
-        where it was fastest, as the trial reads its calls: `plans.measured_link`), else `bandwidth_gbps`."""
+        result, and this rank's BP partitioning: `families`' pick, or where shard groups share the link, its group's
+        in the mix they take together (`plans.partitions_side_by_side`, whose time BP's then is). On a clock that
+        means something, the link's rate is the one BP's fastest call measured (at the rank where it was fastest, as
+        the trial reads its calls: `plans.measured_link`), else `bandwidth_gbps`."""
         n, M = comm.world_size, grad.num_rows
         length = plans.Counts.row_length(n)  # then BP's call time, ns
         layout = WireLayout(n, M, grad.row_width, grad.dtype.itemsize, grad.index_dtype().itemsize)
@@ -236,7 +240,9 @@ class ZenAuto:
         if comm.clocked and n > 1 and any(g.union for g in groups):
             net = plans.measured_link(groups, bp_s, net, self._plans(), self.local)
             stats.extra["link_gbps"] = 8 * net.bandwidth / 1e9
-        return plans.predicted_times(groups, net, self._plans(), self.local)
+        times = plans.predicted_times(groups, net, self._plans(), self.local)
+        mix, times = plans.partitions_side_by_side(groups, net, self._plans(), self.local, times, ids)
+        return times, mix[comm.shared_link.rank if len(groups) > 1 else 0]
 
     def _plans(self) -> dict[str, Scheme]:
         return {name: self.plan(name) for name in plans.PLANS}
@@ -256,13 +262,14 @@ class ZenAuto:
 
     def predict_side_by_side(self, groups: list[tuple[list[torch.Tensor], WireLayout]]) -> list[list[PhaseBytes]]:
         """`predict` of groups side by side on the same nodes (two-level sync's shard groups, every one with rows
-        to sync): one plan, predicted from all groups' counts together, as their ranks choose it."""
-        choice = self.forced
-        if choice is None:
+        to sync): one plan, predicted from all groups' counts together, as their ranks choose it, and where that is
+        BP, each group's partitioning in the mix they take together."""
+        chosen = [self.forced] * len(groups)
+        if self.forced is None:
             counts = [plans.counts_of(sets, layout, layout.seed, self.bp) for sets, layout in groups]
-            choice = plans.best(plans.predicted_times(counts, self.net, self._plans(), self.local),
-                                "coo" if self.hc_ids == "coo" else "gaps")
-        return [self.plan(choice).predict(sets, layout) for sets, layout in groups]
+            chosen = plans.choose_side_by_side(counts, self.net, self._plans(), self.local,
+                                               "coo" if self.hc_ids == "coo" else "gaps")
+        return [self.plan(c).predict(sets, layout) for c, (sets, layout) in zip(chosen, groups, strict=True)]
 
 
 def groups_on_link(link: Communicator, counts: plans.Counts, rows: list[list[int]], device: torch.device
@@ -271,7 +278,7 @@ def groups_on_link(link: Communicator, counts: plans.Counts, rows: list[list[int
     `link`'s rank order, and the slowest group's BP time at its fastest rank: one all-gather of what this rank's
     group all-gathered (its rows of `Counts.row_length` numbers and BP's time, its tensor's rows, its hash servers'
     rows, the result's rows per range), the same on every rank of every group. Their bytes share the node's link,
-    so they are predicted together and take one plan."""
+    so they are predicted together and take one plan (where it is BP, a partitioning each)."""
     layout, n = counts.layout, counts.layout.world_size
     mine = torch.tensor([layout.rows, *(x for r in rows for x in r), *counts.owned, *counts.range_union],
                         dtype=torch.int64, device=device)
