@@ -73,6 +73,25 @@ def coo_case(rank: int, P: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.sparse_coo_tensor(rows.view(1, -1), values, (61, 5), check_invariants=True)
 
 
+def skewed_nodes(seed: int, nodes: int, k: int, rows: int, width: int
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(every node's rows, every rank's tensor): each node's halves of the rows at their own random density, so the
+    shard groups' busiest nodes differ; a node's rows are dealt to its k ranks (row % k), values non-zero."""
+    g = torch.Generator().manual_seed(seed)
+    node_sets, tensors = [], []
+    for _ in range(nodes):
+        density = torch.rand(2, generator=g) ** 3
+        ids = torch.arange(rows)
+        node = ids[torch.rand(rows, generator=g) < density[(ids >= rows // 2).long()]]
+        node_sets.append(node)
+        for i in range(k):
+            mine = node[node % k == i]
+            t = torch.zeros(rows, width)
+            t[mine] = torch.rand(len(mine), width, generator=g) + 0.5
+            tensors.append(t)
+    return node_sets, tensors
+
+
 CASES: dict[str, Case] = {
     "random": random_case, "edges": edges_case, "empty_ranks": empty_ranks_case, "all_empty": all_empty_case,
     "identical": identical_case, "disjoint": disjoint_case, "full": full_case, "matrix": matrix_case,

@@ -18,8 +18,9 @@ from tests.compress_cases import chosen_sums
 from tests.ddp_cases import train
 from zen.comm.dist import DistComm
 from zen.registry import make_scheme
+from zen.twolevel import dist_node_comms
 
-from .cases import CASES
+from .cases import CASES, skewed_nodes
 
 TRIAL = 6  # zen's first calls per size: 2 BP, 2 HC with gap-coded ids, 2 with plain ids, then its choice
 
@@ -56,6 +57,20 @@ def schemes(names: list[str], cases: list[str], ranks_per_node: int = 1) -> dict
                 out = zen.allreduce(tensors[rank], name, ranks_per_node=ranks_per_node)
             report[f"{name}/two_level"] = (matches_reference(out, total, magnitude, P), _digest(out), 0, 1, 0)
     return report
+
+
+def shard_group_mix(seed: int, ranks_per_node: int, rows: int, width: int) -> tuple[bool, float, str]:
+    """Two-level zen on nodes whose shard groups take different BP partitionings (tests.cases.skewed_nodes; bytes
+    decide, so the choice does not hang on the clock; hash partitions from seed 0, as the test predicts them):
+    (lossless, digest, this rank's plan) after its choice."""
+    rank, P = dist.get_rank(), dist.get_world_size()
+    _, tensors = skewed_nodes(seed, P // ranks_per_node, ranks_per_node, rows, width)
+    total, magnitude = reference_sum(tensors)
+    comm, nodes = DistComm(), dist_node_comms(ranks_per_node, mode="dense", seed=0)
+    scheme = make_scheme("zen", local_cost=False, select="bytes")
+    for _ in range(scheme.measure_iters + 1):
+        out, stats = zen.sync(scheme, tensors[rank], comm, rows=True, nodes=nodes)
+    return matches_reference(out, total, magnitude, P), _digest(out), str(stats.choice)
 
 
 def hooks(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:

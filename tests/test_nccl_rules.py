@@ -44,6 +44,30 @@ def test_every_scheme_is_lossless_with_one_host_read_per_round(P: int) -> None:
                 assert reads <= rounds and counted <= rounds, f"P={P} {key}: {reads} reads, {rounds} rounds"
 
 
+def test_shard_groups_taking_different_partitionings_under_nccl_rules() -> None:
+    """3 nodes of 2 ranks whose shard groups' joint prediction gives one group hashes and the other ranges
+    (`plans.choose_side_by_side`, by bytes, hash partitions from seed 0): under NCCL's rules every rank's sum is
+    exact and the same, and each rank runs its group's partitioning."""
+    from zen.algorithms import plans
+    from zen.algorithms.selector import ZenAuto
+    from zen.twolevel import shard_bounds
+    from zen.types import WireLayout
+
+    from .cases import skewed_nodes
+
+    seed, nodes, k, rows, width = 1, 3, 2, 2048, 31
+    node_sets, _ = skewed_nodes(seed, nodes, k, rows, width)
+    bounds = shard_bounds(rows, k)
+    z = ZenAuto(local_cost=False)
+    groups = [plans.counts_of([s[(s >= lo) & (s < hi)] - lo for s in node_sets], WireLayout(nodes, hi - lo, width), 0,
+                              z.bp) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    together = plans.choose_side_by_side(groups, z.net, z._plans(), z.local)
+    assert sorted(together) == ["bp", "bp-range"], "the case should give the groups different partitionings"
+    reports = _spawn("shard_group_mix", nodes * k, {"seed": seed, "ranks_per_node": k, "rows": rows, "width": width})
+    assert all(ok for ok, _, _ in reports) and len({digest for _, digest, _ in reports}) == 1
+    assert [choice for _, _, choice in reports] == [together[r % k] for r in range(nodes * k)]
+
+
 def _setting(case: dict[str, Any]) -> str:
     """What the reference DDP run must share with a case: everything but the scheme, the hook's settings and
     the embeddings' gradient layout (the reference's are dense: DDP's own all-reduce of COO gradients over

@@ -20,7 +20,7 @@ from zen.grad import to_local_grad
 from zen.prediction import link_class, predict, uplink_bytes
 from zen.types import WireLayout
 
-from .cases import CASES, M, _dense
+from .cases import CASES, M, _dense, skewed_nodes
 
 LAYOUTS = [(4, 2), (6, 2), (6, 3), (4, 4)]  # (world size, ranks per node): 2x2, 3x2, 2x3, one node of 4
 SEED = 77
@@ -438,25 +438,6 @@ def test_intra_trial_keeps_node_steps_within_tie_and_gives_each_candidate_its_sc
     assert fixed is not inner and IntraTrial("sparse").scheme_for("sparse", inner) is not fixed
 
 
-def _skewed_nodes(seed: int, nodes: int, k: int, rows: int, width: int
-                  ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(every node's rows, every rank's tensor): each node's halves of the rows at their own random density, so the
-    shard groups' busiest nodes differ; a node's rows are dealt to its k ranks (row % k), values non-zero."""
-    g = torch.Generator().manual_seed(seed)
-    node_sets, tensors = [], []
-    for _ in range(nodes):
-        density = torch.rand(2, generator=g) ** 3
-        ids = torch.arange(rows)
-        node = ids[torch.rand(rows, generator=g) < density[(ids >= rows // 2).long()]]
-        node_sets.append(node)
-        for i in range(k):
-            mine = node[node % k == i]
-            t = torch.zeros(rows, width)
-            t[mine] = torch.rand(len(mine), width, generator=g) + 0.5
-            tensors.append(t)
-    return node_sets, tensors
-
-
 @pytest.mark.parametrize(("local_cost", "seed"), [(True, 12), (False, 2)], ids=["local-cost", "bytes"])
 def test_shard_groups_choose_their_plans_together_as_the_step_simulator_does(local_cost: bool, seed: int) -> None:
     """A node's shard groups share its uplink: zen predicts their bytes together (`Communicator.shared_link`), takes
@@ -471,7 +452,7 @@ def test_shard_groups_choose_their_plans_together_as_the_step_simulator_does(loc
 
     nodes, k, rows, width, alpha = 3, 2, 2048, 31, 5e-6
     options = {"local_cost": local_cost, "alpha": alpha, "bandwidth_gbps": 25.0}
-    node_sets, tensors = _skewed_nodes(seed, nodes, k, rows, width)
+    node_sets, tensors = skewed_nodes(seed, nodes, k, rows, width)
     bounds = shard_bounds(rows, k)
     shards = [[s[(s >= lo) & (s < hi)] - lo for lo, hi in zip(bounds, bounds[1:], strict=False)] for s in node_sets]
     sizes = [hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)]
@@ -508,7 +489,7 @@ def test_a_shard_groups_mix_of_partitions_is_never_predicted_slower_than_one_for
     zen_ = ZenAuto(alpha=5e-6, bandwidth_gbps=25.0)
     mixed = 0
     for seed in range(12):
-        node_sets, _ = _skewed_nodes(seed, nodes, k, rows, width)
+        node_sets, _ = skewed_nodes(seed, nodes, k, rows, width)
         bounds = shard_bounds(rows, k)
         groups = [plans.counts_of([s[(s >= lo) & (s < hi)] - lo for s in node_sets], WireLayout(nodes, hi - lo, width),
                                   0, zen_.bp) for lo, hi in zip(bounds, bounds[1:], strict=False)]

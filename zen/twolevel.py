@@ -194,10 +194,10 @@ class IntraTrial:
 
 
 def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: str = "auto",
-                    device: torch.device | None = None) -> NodeComms:
+                    device: torch.device | None = None, seed: int | None = None) -> NodeComms:
     """Sub-groups of torch.distributed's default group, for payloads on `device`. `new_group` must be called by
     every rank for every group, so each rank creates all nodes' and all local ranks' groups in one order and
-    keeps its two."""
+    keeps its two. `seed`: what the inter-node groups propose for their hash partitions (None: a random one)."""
     rank = dist.get_rank()
     timeout = group_timeout_for(timeout_seconds(timeout_s))  # Zen's deadline ends before the groups' watchdog
     mine = []
@@ -206,7 +206,7 @@ def dist_node_comms(ranks_per_node: int, timeout_s: float | None = None, mode: s
         if rank in ranks:
             mine.append(group)
     intra, inter = mine
-    return NodeComms(DistComm(intra, timeout_s, device=device), DistComm(inter, timeout_s, device=device), mode)
+    return NodeComms(DistComm(intra, timeout_s, device=device), DistComm(inter, timeout_s, seed, device), mode)
 
 
 def sim_node_comms(group: SimGroup, ranks_per_node: int, mode: str = "auto"
